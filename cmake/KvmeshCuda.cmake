@@ -1,0 +1,20 @@
+# CUDA detection. KVMESH_WITH_CUDA=AUTO enables the CUDA language when nvcc is found, ON requires
+# it, OFF never looks. Sets KVMESH_HAVE_CUDA. Architectures default to 90 (H100/H200); override with
+# -DCMAKE_CUDA_ARCHITECTURES=... on the configure line.
+set(KVMESH_HAVE_CUDA OFF)
+if(NOT KVMESH_WITH_CUDA STREQUAL "OFF")
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(KVMESH_HAVE_CUDA ON)
+  elseif(KVMESH_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "KVMESH_WITH_CUDA=ON but no CUDA compiler was found: put nvcc on PATH or set CUDACXX")
+  endif()
+endif()

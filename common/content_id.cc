@@ -1,0 +1,72 @@
+#include "common/content_id.h"
+
+#include <openssl/evp.h>
+
+#include "common/check.h"
+#include "common/strings.h"
+
+namespace kvmesh {
+
+std::string ContentId::ToHex() const { return HexEncode(bytes.data(), bytes.size()); }
+
+Result<ContentId> ContentId::FromHex(std::string_view hex) {
+  if (hex.size() != 2 * kBytes) {
+    return Status::InvalidArgument(
+        StrCat("content id must be ", 2 * kBytes, " hex characters, got ", hex.size()));
+  }
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  ContentId id;
+  for (std::size_t i = 0; i < kBytes; ++i) {
+    const int hi = nibble(hex[2 * i]);
+    const int lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0)
+      return Status::InvalidArgument(StrCat("content id '", hex, "' is not hex"));
+    id.bytes[i] = static_cast<std::uint8_t>(hi << 4 | lo);
+  }
+  return id;
+}
+
+struct Sha256::Impl {
+  EVP_MD_CTX* ctx = nullptr;
+};
+
+Sha256::Sha256() : impl_(std::make_unique<Impl>()) {
+  impl_->ctx = EVP_MD_CTX_new();
+  KVMESH_CHECK(impl_->ctx != nullptr) << "EVP_MD_CTX_new";
+  KVMESH_CHECK(EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr) == 1) << "EVP_DigestInit_ex";
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(impl_->ctx); }
+
+void Sha256::Update(const void* data, std::size_t size) {
+  KVMESH_CHECK(EVP_DigestUpdate(impl_->ctx, data, size) == 1) << "EVP_DigestUpdate";
+}
+
+std::array<std::uint8_t, 32> Sha256::Finish() {
+  std::array<std::uint8_t, 32> out{};
+  unsigned int len = 0;
+  KVMESH_CHECK(EVP_DigestFinal_ex(impl_->ctx, out.data(), &len) == 1 && len == 32)
+      << "EVP_DigestFinal_ex";
+  KVMESH_CHECK(EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr) == 1) << "EVP_DigestInit_ex";
+  return out;
+}
+
+ContentId Sha256::FinishContentId() {
+  const auto digest = Finish();
+  ContentId id;
+  std::memcpy(id.bytes.data(), digest.data(), ContentId::kBytes);
+  return id;
+}
+
+std::array<std::uint8_t, 32> Sha256::Digest(const void* data, std::size_t size) {
+  Sha256 h;
+  h.Update(data, size);
+  return h.Finish();
+}
+
+}  // namespace kvmesh
