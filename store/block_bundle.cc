@@ -1,0 +1,406 @@
+#include "store/block_bundle.h"
+
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <xxhash.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "common/strings.h"
+
+namespace kvmesh {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "bundles are written little-endian");
+
+// Fixed header fields (docs/bundle-format.md).
+constexpr std::int64_t kOffMagic = 0;
+constexpr std::int64_t kOffVersion = 4;
+constexpr std::int64_t kOffHeaderBytes = 6;
+constexpr std::int64_t kOffTotalBytes = 8;
+constexpr std::int64_t kOffContentId = 16;
+constexpr std::int64_t kOffFingerprint = 32;
+constexpr std::int64_t kOffPoolScale = 48;
+constexpr std::int64_t kOffDtype = 52;
+constexpr std::int64_t kOffLayout = 53;
+constexpr std::int64_t kOffNumComponents = 54;
+// 55: flags (0); 56..63: reserved (0).
+
+// Component table entry fields, relative to the entry.
+constexpr std::int64_t kEntKind = 0;
+constexpr std::int64_t kEntBits = 1;
+constexpr std::int64_t kEntOrder = 2;
+// 3: reserved (0)
+constexpr std::int64_t kEntLayers = 4;
+constexpr std::int64_t kEntKvFactor = 8;
+constexpr std::int64_t kEntHeads = 12;
+constexpr std::int64_t kEntTokens = 16;
+constexpr std::int64_t kEntInner = 20;
+constexpr std::int64_t kEntOffset = 24;
+constexpr std::int64_t kEntBytes = 32;
+
+// Copies and hashes in chunks this size, so the hash reads what the copy just wrote from cache.
+constexpr std::int64_t kChunkBytes = 64 * 1024;
+
+constexpr std::int64_t RoundUp(std::int64_t x, std::int64_t a) { return (x + a - 1) / a * a; }
+
+template <typename T>
+void Store(std::byte* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+template <typename T>
+T Load(const std::byte* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+const std::byte kZeros[kBundleAlignment] = {};
+
+std::array<std::byte, kBundleChecksumBytes> Canonical(XXH128_hash_t h) {
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, h);
+  std::array<std::byte, kBundleChecksumBytes> out;
+  std::memcpy(out.data(), c.digest, sizeof(c.digest));
+  return out;
+}
+
+std::string HexOf(const void* p, std::size_t n) { return HexEncode(p, n); }
+
+// The payload size of component c (0 when absent).
+std::int64_t ComponentBytes(const KvPoolLayout& l, int c) {
+  return l.components[c].present() ? l.components[c].BytesPerBlock() : 0;
+}
+
+}  // namespace
+
+std::string GeometryFingerprint::ToHex() const { return HexEncode(bytes.data(), bytes.size()); }
+
+GeometryFingerprint FingerprintOf(const KvPoolLayout& layout, float pool_scale) {
+  // Canonical record: tag, dtype, then per component (present, order, bits, 0, layers, kv_factor,
+  // heads, tokens_per_block, inner), then the pool scale bits (1.0f for dtypes without one).
+  std::vector<std::byte> rec;
+  constexpr std::string_view kTag = "kvmesh.geometry.v1";
+  auto put = [&rec](const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    rec.insert(rec.end(), b, b + n);
+  };
+  put(kTag.data(), kTag.size());
+  const auto dtype = static_cast<std::uint8_t>(layout.dtype);
+  put(&dtype, 1);
+  for (const auto& c : layout.components) {
+    const std::uint8_t head[4] = {static_cast<std::uint8_t>(c.present() ? 1 : 0),
+                                  static_cast<std::uint8_t>(c.present() ? c.order : KvLayout{}),
+                                  static_cast<std::uint8_t>(c.present() ? c.bits : 0), 0};
+    put(head, 4);
+    const std::int32_t shape[5] = {c.present() ? c.num_layers : 0, c.present() ? c.kv_factor : 0,
+                                   c.present() ? c.num_heads : 0,
+                                   c.present() ? c.tokens_per_block : 0, c.present() ? c.inner : 0};
+    put(shape, sizeof(shape));
+  }
+  const float scale = HasPoolScale(layout.dtype) ? pool_scale : 1.0f;
+  put(&scale, sizeof(scale));
+  XXH128_canonical_t canon;
+  XXH128_canonicalFromHash(&canon, XXH3_128bits(rec.data(), rec.size()));
+  GeometryFingerprint fp;
+  std::memcpy(fp.bytes.data(), canon.digest, fp.bytes.size());
+  return fp;
+}
+
+Result<BundleCodec> BundleCodec::Create(const KvPoolLayout& layout, float pool_scale) {
+  if (!layout.data().present()) {
+    return Status::InvalidArgument("bundle codec: the layout has no data component");
+  }
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    const auto& t = layout.components[c];
+    if (!t.present()) continue;
+    const auto name = KvComponentName(static_cast<KvComponent>(c));
+    if (t.bits != 4 && t.bits != 8 && t.bits != 16 && t.bits != 32) {
+      return Status::InvalidArgument(StrCat("bundle codec: component ", name, " bits ", t.bits));
+    }
+    if (t.kv_factor <= 0 || t.num_heads <= 0 || t.tokens_per_block <= 0 || t.inner <= 0 ||
+        (t.bits == 4 && t.inner % 2 != 0)) {
+      return Status::InvalidArgument(StrCat("bundle codec: component ", name, " has a bad shape"));
+    }
+  }
+  const bool has_scale = HasPoolScale(layout.dtype);
+  if (has_scale && !(std::isfinite(pool_scale) && pool_scale > 0.0f)) {
+    return Status::InvalidArgument(StrCat("bundle codec: pool_scale ", pool_scale, " for dtype ",
+                                          KvDtypeName(layout.dtype),
+                                          " must be finite and positive"));
+  }
+  BundleCodec codec;
+  codec.layout_ = layout;
+  codec.pool_scale_ = has_scale ? pool_scale : 1.0f;
+  codec.fingerprint_ = FingerprintOf(layout, codec.pool_scale_);
+  for (const auto& t : layout.components) codec.num_components_ += t.present() ? 1 : 0;
+  codec.payload_offset_ = RoundUp(
+      kBundleFixedHeaderBytes + codec.num_components_ * kBundleTableEntryBytes, kBundleAlignment);
+  std::int64_t offset = codec.payload_offset_;
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    if (!layout.components[c].present()) {
+      codec.component_offset_[c] = -1;
+      continue;
+    }
+    codec.component_offset_[c] = offset;
+    offset = RoundUp(offset + ComponentBytes(layout, c), kBundleAlignment);
+  }
+  codec.bundle_bytes_ = offset + kBundleChecksumBytes;
+
+  // The header with a zero content id.
+  auto& h = codec.header_template_;
+  h.assign(codec.payload_offset_, std::byte{0});
+  Store<std::uint32_t>(&h[kOffMagic], kBundleMagic);
+  Store<std::uint16_t>(&h[kOffVersion], kBundleVersion);
+  Store<std::uint16_t>(&h[kOffHeaderBytes], static_cast<std::uint16_t>(codec.payload_offset_));
+  Store<std::uint64_t>(&h[kOffTotalBytes], static_cast<std::uint64_t>(codec.bundle_bytes_));
+  std::memcpy(&h[kOffFingerprint], codec.fingerprint_.bytes.data(), 16);
+  Store<float>(&h[kOffPoolScale], codec.pool_scale_);
+  h[kOffDtype] = static_cast<std::byte>(layout.dtype);
+  h[kOffLayout] = static_cast<std::byte>(layout.order());
+  h[kOffNumComponents] = static_cast<std::byte>(codec.num_components_);
+  std::int64_t e = kBundleFixedHeaderBytes;
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    const auto& t = layout.components[c];
+    if (!t.present()) continue;
+    h[e + kEntKind] = static_cast<std::byte>(c);
+    h[e + kEntBits] = static_cast<std::byte>(t.bits);
+    h[e + kEntOrder] = static_cast<std::byte>(t.order);
+    Store<std::int32_t>(&h[e + kEntLayers], t.num_layers);
+    Store<std::int32_t>(&h[e + kEntKvFactor], t.kv_factor);
+    Store<std::int32_t>(&h[e + kEntHeads], t.num_heads);
+    Store<std::int32_t>(&h[e + kEntTokens], t.tokens_per_block);
+    Store<std::int32_t>(&h[e + kEntInner], t.inner);
+    Store<std::uint64_t>(&h[e + kEntOffset],
+                         static_cast<std::uint64_t>(codec.component_offset_[c]));
+    Store<std::uint64_t>(&h[e + kEntBytes], static_cast<std::uint64_t>(ComponentBytes(layout, c)));
+    e += kBundleTableEntryBytes;
+  }
+  return codec;
+}
+
+Status BundleCodec::CheckView(const KvPoolView& view, std::int64_t block) const {
+  if (!(view.layout == layout_)) {
+    return Status::InvalidArgument(
+        StrCat("bundle codec: the pool view's layout differs from the codec's (dtype ",
+               KvDtypeName(view.layout.dtype), " vs ", KvDtypeName(layout_.dtype), ", order ",
+               KvLayoutName(view.layout.order()), " vs ", KvLayoutName(layout_.order()), ")"));
+  }
+  if (HasPoolScale(layout_.dtype) && view.pool_scale != pool_scale_) {
+    return Status::InvalidArgument(StrCat("bundle codec: the pool view's pool_scale ",
+                                          view.pool_scale, " differs from the codec's ",
+                                          pool_scale_));
+  }
+  if (block < 0 || block >= view.num_blocks) {
+    return Status::InvalidArgument(
+        StrCat("bundle codec: block ", block, " outside [0, ", view.num_blocks, ")"));
+  }
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    if (layout_.components[c].present() && view.base[c] == nullptr) {
+      return Status::InvalidArgument(StrCat("bundle codec: no base for component ",
+                                            KvComponentName(static_cast<KvComponent>(c))));
+    }
+  }
+  return Status::Ok();
+}
+
+Status BundleCodec::EncodePieces(const KvPoolView& src, std::int64_t block, const ContentId& id,
+                                 BundlePieces* out) const {
+  KVMESH_RETURN_IF_ERROR(CheckView(src, block));
+  std::memcpy(out->header.data(), header_template_.data(), payload_offset_);
+  std::memcpy(out->header.data() + kOffContentId, id.bytes.data(), ContentId::kBytes);
+  out->count = 0;
+  out->pieces[out->count++] = {out->header.data(), static_cast<std::size_t>(payload_offset_)};
+  std::int64_t end = payload_offset_;
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    if (component_offset_[c] < 0) continue;
+    const auto comp = static_cast<KvComponent>(c);
+    const std::int64_t n = ComponentBytes(layout_, c);
+    out->pieces[out->count++] = {reinterpret_cast<const std::byte*>(src.BlockBytes(comp, block)),
+                                 static_cast<std::size_t>(n)};
+    end = component_offset_[c] + n;
+    const std::int64_t pad = RoundUp(end, kBundleAlignment) - end;
+    if (pad > 0) out->pieces[out->count++] = {kZeros, static_cast<std::size_t>(pad)};
+  }
+  XXH3_state_t state;
+  XXH3_128bits_reset(&state);
+  for (int i = 0; i < out->count; ++i) {
+    XXH3_128bits_update(&state, out->pieces[i].data(), out->pieces[i].size());
+  }
+  out->checksum = Canonical(XXH3_128bits_digest(&state));
+  out->pieces[out->count++] = {out->checksum.data(), out->checksum.size()};
+  return Status::Ok();
+}
+
+Status BundleCodec::Encode(const KvPoolView& src, std::int64_t block, const ContentId& id,
+                           std::span<std::byte> out) const {
+  if (static_cast<std::int64_t>(out.size()) < bundle_bytes_) {
+    return Status::InvalidArgument(
+        StrCat("bundle codec: output of ", out.size(), " bytes, a bundle needs ", bundle_bytes_));
+  }
+  KVMESH_RETURN_IF_ERROR(CheckView(src, block));
+  std::byte* dst = out.data();
+  std::memcpy(dst, header_template_.data(), payload_offset_);
+  std::memcpy(dst + kOffContentId, id.bytes.data(), ContentId::kBytes);
+  XXH3_state_t state;
+  XXH3_128bits_reset(&state);
+  XXH3_128bits_update(&state, dst, payload_offset_);
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    if (component_offset_[c] < 0) continue;
+    const auto* from =
+        reinterpret_cast<const std::byte*>(src.BlockBytes(static_cast<KvComponent>(c), block));
+    const std::int64_t n = ComponentBytes(layout_, c);
+    std::byte* to = dst + component_offset_[c];
+    // Copy a chunk, then hash it while it is still in cache.
+    for (std::int64_t done = 0; done < n; done += kChunkBytes) {
+      const std::int64_t len = std::min(kChunkBytes, n - done);
+      std::memcpy(to + done, from + done, len);
+      XXH3_128bits_update(&state, to + done, len);
+    }
+    const std::int64_t end = component_offset_[c] + n;
+    const std::int64_t pad = RoundUp(end, kBundleAlignment) - end;
+    if (pad > 0) {
+      std::memset(dst + end, 0, pad);
+      XXH3_128bits_update(&state, dst + end, pad);
+    }
+  }
+  const auto sum = Canonical(XXH3_128bits_digest(&state));
+  std::memcpy(dst + bundle_bytes_ - kBundleChecksumBytes, sum.data(), sum.size());
+  return Status::Ok();
+}
+
+Status BundleCodec::VerifyStructure(std::span<const std::byte> bundle, const ContentId& id) const {
+  const auto size = static_cast<std::int64_t>(bundle.size());
+  const std::byte* b = bundle.data();
+  if (size < kBundleFixedHeaderBytes) {
+    return Status::Corruption(StrCat("bundle truncated: ", size, " bytes, the header alone is ",
+                                     kBundleFixedHeaderBytes));
+  }
+  if (const auto magic = Load<std::uint32_t>(b + kOffMagic); magic != kBundleMagic) {
+    return Status::Corruption(StrCat("bundle magic ", HexOf(b + kOffMagic, 4), " is not KVMB"));
+  }
+  if (const auto v = Load<std::uint16_t>(b + kOffVersion); v != kBundleVersion) {
+    return Status::Corruption(StrCat("bundle version ", v, " is not ", kBundleVersion));
+  }
+  if (const auto hb = Load<std::uint16_t>(b + kOffHeaderBytes); hb != payload_offset_) {
+    return Status::Corruption(StrCat("bundle header bytes ", hb, ", expected ", payload_offset_));
+  }
+  if (const auto tb = Load<std::uint64_t>(b + kOffTotalBytes);
+      tb != static_cast<std::uint64_t>(bundle_bytes_)) {
+    return Status::Corruption(
+        StrCat("bundle total bytes field ", tb, ", expected ", bundle_bytes_));
+  }
+  if (size != bundle_bytes_) {
+    return Status::Corruption(StrCat("bundle is ", size, " bytes, expected ", bundle_bytes_,
+                                     size < bundle_bytes_ ? " (truncated)" : " (trailing bytes)"));
+  }
+  // From here on every offset the codec uses lies inside the bundle.
+  if (Load<std::uint8_t>(b + kOffDtype) != static_cast<std::uint8_t>(layout_.dtype)) {
+    return Status::Corruption(StrCat("bundle dtype ", int{Load<std::uint8_t>(b + kOffDtype)},
+                                     ", expected ", KvDtypeName(layout_.dtype)));
+  }
+  if (Load<std::uint8_t>(b + kOffLayout) != static_cast<std::uint8_t>(layout_.order())) {
+    return Status::Corruption(StrCat("bundle layout ", int{Load<std::uint8_t>(b + kOffLayout)},
+                                     ", expected ", KvLayoutName(layout_.order())));
+  }
+  if (Load<std::uint8_t>(b + kOffNumComponents) != num_components_) {
+    return Status::Corruption(StrCat("bundle has ", int{Load<std::uint8_t>(b + kOffNumComponents)},
+                                     " components, expected ", num_components_));
+  }
+  if (std::memcmp(b + kOffPoolScale, header_template_.data() + kOffPoolScale, 4) != 0) {
+    return Status::Corruption(StrCat("bundle pool scale ", Load<float>(b + kOffPoolScale),
+                                     ", the pool's is ", pool_scale_));
+  }
+  if (std::memcmp(b + kOffFingerprint, fingerprint_.bytes.data(), 16) != 0) {
+    return Status::Corruption(StrCat("bundle geometry fingerprint ", HexOf(b + kOffFingerprint, 16),
+                                     ", the pool's is ", fingerprint_.ToHex()));
+  }
+  if (std::memcmp(b + kOffContentId, id.bytes.data(), ContentId::kBytes) != 0) {
+    return Status::Corruption(
+        StrCat("bundle content id ", HexOf(b + kOffContentId, 16), ", expected ", id.ToHex()));
+  }
+  static constexpr const char* kEntryField[] = {"kind",
+                                                "bits",
+                                                "order",
+                                                "reserved",
+                                                "layers",
+                                                "layers",
+                                                "layers",
+                                                "layers",
+                                                "kv_factor",
+                                                "kv_factor",
+                                                "kv_factor",
+                                                "kv_factor",
+                                                "heads",
+                                                "heads",
+                                                "heads",
+                                                "heads",
+                                                "tokens_per_block",
+                                                "tokens_per_block",
+                                                "tokens_per_block",
+                                                "tokens_per_block",
+                                                "inner",
+                                                "inner",
+                                                "inner",
+                                                "inner",
+                                                "offset",
+                                                "offset",
+                                                "offset",
+                                                "offset",
+                                                "offset",
+                                                "offset",
+                                                "offset",
+                                                "offset",
+                                                "bytes",
+                                                "bytes",
+                                                "bytes",
+                                                "bytes",
+                                                "bytes",
+                                                "bytes",
+                                                "bytes",
+                                                "bytes"};
+  static_assert(std::size(kEntryField) == kBundleTableEntryBytes);
+  for (int i = 0; i < num_components_; ++i) {
+    const std::int64_t e = kBundleFixedHeaderBytes + i * kBundleTableEntryBytes;
+    for (std::int64_t f = 0; f < kBundleTableEntryBytes; ++f) {
+      if (b[e + f] != header_template_[e + f]) {
+        return Status::Corruption(StrCat("bundle component table entry ", i, " field ",
+                                         kEntryField[f], " differs from the pool's"));
+      }
+    }
+  }
+  // Whatever is left of the header: flags, reserved bytes, padding.
+  if (std::memcmp(b, header_template_.data(), kOffContentId) != 0 ||
+      std::memcmp(b + kOffFingerprint, header_template_.data() + kOffFingerprint,
+                  payload_offset_ - kOffFingerprint) != 0) {
+    return Status::Corruption("bundle header reserved bytes or padding are not zero");
+  }
+  return Status::Ok();
+}
+
+Status BundleCodec::Verify(std::span<const std::byte> bundle, const ContentId& id) const {
+  KVMESH_RETURN_IF_ERROR(VerifyStructure(bundle, id));
+  const std::int64_t body = bundle_bytes_ - kBundleChecksumBytes;
+  const auto sum = Canonical(XXH3_128bits(bundle.data(), body));
+  if (std::memcmp(sum.data(), bundle.data() + body, kBundleChecksumBytes) != 0) {
+    return Status::Corruption(StrCat("bundle checksum ", HexOf(bundle.data() + body, 16),
+                                     ", computed ", HexOf(sum.data(), 16)));
+  }
+  return Status::Ok();
+}
+
+Status BundleCodec::Decode(std::span<const std::byte> bundle, const ContentId& id,
+                           const KvPoolView& dst, std::int64_t block) const {
+  KVMESH_RETURN_IF_ERROR(CheckView(dst, block));
+  KVMESH_RETURN_IF_ERROR(Verify(bundle, id));
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    if (component_offset_[c] < 0) continue;
+    std::memcpy(dst.BlockBytes(static_cast<KvComponent>(c), block),
+                bundle.data() + component_offset_[c], ComponentBytes(layout_, c));
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,137 @@
+// Block bundles: the serialised form of one complete pool block — what the host tier and the
+// RocksDB tier store, and what is verified before a block is restored.
+//
+// A bundle (format version 1, byte by byte in docs/bundle-format.md):
+//
+//   [fixed header 64 B: magic "KVMB", version, header bytes, total bytes, content id,
+//    geometry fingerprint, pool scale, dtype, layout, component count]
+//   [component table: 40 B per present component — kind, bits, order, layers, kv_factor, heads,
+//    tokens_per_block, inner, offset, bytes]
+//   [zero padding to a multiple of 64]
+//   [payload: each present component's bytes of the block, in kind order (data, scale, index_k,
+//    index_scale), each starting on a multiple of 64, zero padding between]
+//   [checksum 16 B: XXH3-128 of every byte before it, canonical (big-endian) form]
+//
+// The checksum covers the header, so it is bound to the content id and to the geometry (the
+// fingerprint and the explicit shape fields). The payload is each component's block in the pool's
+// own order (HND or NHD), exactly the bytes KvPoolView::BlockBytes points at.
+//
+// GeometryFingerprint: XXH3-128 of a canonical record of the pool layout (dtype; per component its
+// presence, order, bits and shape) and of the pool-wide scale for the dtypes that have one
+// (fp8_per_tensor, nvfp4). Two pools whose blocks are interchangeable have equal fingerprints; a
+// block written under another global scale or order is not interchangeable.
+//
+// BundleCodec is built once per pool (layout + pool scale) and then encodes and decodes blocks of
+// that pool. Decoding verifies everything before writing a byte of the destination: a bundle that
+// is truncated, too long, has a wrong length or shape field, another fingerprint, another pool
+// scale, another content id or a bad checksum gives kCorruption (the message names the first
+// failed check), and the destination block is untouched. Decoding never reads outside the given
+// span: every offset used comes from the codec, and the size must match exactly.
+//
+// Thread safety: a BundleCodec is immutable after Create; all methods are const and may be called
+// from any number of threads. Callers own all memory.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/content_id.h"
+#include "common/result.h"
+#include "common/status.h"
+#include "kernels/paged_kv_layout.h"
+
+namespace kvmesh {
+
+inline constexpr std::uint32_t kBundleMagic = 0x424D564B;  // bytes 'K' 'V' 'M' 'B'
+inline constexpr std::uint16_t kBundleVersion = 1;
+inline constexpr std::int64_t kBundleFixedHeaderBytes = 64;
+inline constexpr std::int64_t kBundleTableEntryBytes = 40;
+inline constexpr std::int64_t kBundleAlignment = 64;
+inline constexpr std::int64_t kBundleChecksumBytes = 16;
+
+struct GeometryFingerprint {
+  std::array<std::uint8_t, 16> bytes{};
+  std::string ToHex() const;  // 32 lower-case hex characters
+  friend bool operator==(const GeometryFingerprint&, const GeometryFingerprint&) = default;
+};
+
+// The fingerprint of a pool: its layout and, for fp8_per_tensor and nvfp4, its pool scale.
+GeometryFingerprint FingerprintOf(const KvPoolLayout& layout, float pool_scale);
+
+// A bundle as a sequence of byte ranges, without copying the block: the header and checksum live
+// in this struct, the payload ranges point into the pool block. Filled by
+// BundleCodec::EncodePieces; used to hand a bundle to a writer that gathers (RocksDB SliceParts).
+// Not copyable or movable (the ranges point into the struct itself).
+struct BundlePieces {
+  static constexpr int kMaxPieces = 2 + 2 * kNumKvComponents + 1;
+  std::array<std::span<const std::byte>, kMaxPieces> pieces{};
+  int count = 0;
+  std::array<std::byte,
+             kBundleFixedHeaderBytes + kNumKvComponents * kBundleTableEntryBytes + kBundleAlignment>
+      header{};
+  std::array<std::byte, kBundleChecksumBytes> checksum{};
+
+  BundlePieces() = default;
+  BundlePieces(const BundlePieces&) = delete;
+  BundlePieces& operator=(const BundlePieces&) = delete;
+};
+
+class BundleCodec {
+ public:
+  // kInvalidArgument when the layout has no data component, a component with an unsupported
+  // element width (bits not 4, 8, 16 or 32), an odd 4-bit row, or a non-finite/non-positive pool
+  // scale for a dtype that has one. The pool scale of a dtype without one is ignored (stored as 1).
+  static Result<BundleCodec> Create(const KvPoolLayout& layout, float pool_scale);
+
+  const KvPoolLayout& layout() const { return layout_; }
+  float pool_scale() const { return pool_scale_; }
+  const GeometryFingerprint& fingerprint() const { return fingerprint_; }
+  // Exact size of every bundle of this pool.
+  std::int64_t bundle_bytes() const { return bundle_bytes_; }
+  // Bytes of the block itself (every component), without header, padding and checksum.
+  std::int64_t block_bytes() const { return layout_.BytesPerBlock(); }
+
+  // OK when `view` is a pool of this codec (same layout; same pool scale for the dtypes that have
+  // one; a base for every present component) and `block` lies in it; else kInvalidArgument.
+  Status CheckView(const KvPoolView& view, std::int64_t block) const;
+
+  // Writes block `block` of `src` as a bundle into out[0, bundle_bytes()).
+  // kInvalidArgument: CheckView fails or `out` is shorter than bundle_bytes().
+  // REQUIRES: no one writes the source block during the call; `out` does not overlap the pool.
+  Status Encode(const KvPoolView& src, std::int64_t block, const ContentId& id,
+                std::span<std::byte> out) const;
+
+  // As Encode, but computes the checksum and describes the bundle as pieces that point into the
+  // source block instead of copying it. The pieces are valid while the block is not rewritten.
+  Status EncodePieces(const KvPoolView& src, std::int64_t block, const ContentId& id,
+                      BundlePieces* out) const;
+
+  // Checks a bundle completely (structure, fingerprint, pool scale, content id, checksum) without
+  // copying it. OK or kCorruption naming the first failed check.
+  Status Verify(std::span<const std::byte> bundle, const ContentId& id) const;
+
+  // Verify, then write the block into block `block` of `dst`. kCorruption from Verify (the
+  // destination untouched); kInvalidArgument when CheckView(dst, block) fails.
+  // REQUIRES: no one reads or writes the destination block during the call.
+  Status Decode(std::span<const std::byte> bundle, const ContentId& id, const KvPoolView& dst,
+                std::int64_t block) const;
+
+ private:
+  BundleCodec() = default;
+  Status VerifyStructure(std::span<const std::byte> bundle, const ContentId& id) const;
+
+  KvPoolLayout layout_;
+  float pool_scale_ = 1.0f;
+  GeometryFingerprint fingerprint_;
+  std::int64_t payload_offset_ = 0;  // header + table + padding
+  std::int64_t bundle_bytes_ = 0;
+  std::array<std::int64_t, kNumKvComponents> component_offset_{};  // -1 when absent
+  int num_components_ = 0;
+  std::vector<std::byte> header_template_;  // [payload_offset_], content id zero
+};
+
+}  // namespace kvmesh

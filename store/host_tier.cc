@@ -1,0 +1,374 @@
+#include "store/host_tier.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "common/log.h"
+#include "common/strings.h"
+
+namespace kvmesh {
+namespace {
+
+constexpr std::int64_t kSlotAlignment = 64;
+constexpr std::int64_t kPartAlignment = 4096;
+
+constexpr std::int64_t RoundUp(std::int64_t x, std::int64_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace
+
+Result<std::unique_ptr<HostTier>> HostTier::Create(HostTierOptions options) {
+  if (options.pools.empty()) return Status::InvalidArgument("host tier: no pools");
+  if (options.capacity_bytes <= 0) {
+    return Status::InvalidArgument(
+        StrCat("host tier: capacity_bytes ", options.capacity_bytes, " must be positive"));
+  }
+  std::set<TierPoolId> ids;
+  double explicit_share = 0;
+  int implicit = 0;
+  for (const auto& p : options.pools) {
+    if (!ids.insert(p.id).second) {
+      return Status::InvalidArgument(StrCat("host tier: pool ", p.id.value, " given twice"));
+    }
+    if (p.share < 0 || p.share > 1) {
+      return Status::InvalidArgument(
+          StrCat("host tier: pool ", p.id.value, " share ", p.share, " outside [0, 1]"));
+    }
+    explicit_share += p.share;
+    implicit += p.share == 0 ? 1 : 0;
+  }
+  if (explicit_share > 1.0 + 1e-9) {
+    return Status::InvalidArgument(
+        StrCat("host tier: pool shares sum to ", explicit_share, " > 1"));
+  }
+  // Lay out every pool's part (slot counts and offsets) before allocating.
+  struct Part {
+    BundleCodec codec;
+    std::int64_t slot_bytes, num_slots, offset;
+  };
+  std::vector<Part> parts;
+  std::int64_t total = 0;
+  for (const auto& p : options.pools) {
+    auto codec = BundleCodec::Create(p.layout, p.pool_scale);
+    if (!codec.ok()) return codec.status().WithContext(StrCat("host tier pool ", p.id.value));
+    const double share =
+        p.share > 0 ? p.share : std::max(0.0, 1.0 - explicit_share) / std::max(implicit, 1);
+    const auto part_bytes =
+        static_cast<std::int64_t>(static_cast<double>(options.capacity_bytes) * share);
+    const std::int64_t slot_bytes = RoundUp(codec->bundle_bytes(), kSlotAlignment);
+    const std::int64_t num_slots = part_bytes / slot_bytes;
+    if (num_slots <= 0 || num_slots > INT32_MAX) {
+      return Status::InvalidArgument(StrCat("host tier pool ", p.id.value, ": its part of ",
+                                            part_bytes, " bytes holds no slot of ", slot_bytes,
+                                            " bytes (or too many)"));
+    }
+    parts.push_back({std::move(*codec), slot_bytes, num_slots, total});
+    total = RoundUp(total + slot_bytes * num_slots, kPartAlignment);
+  }
+  KVMESH_ASSIGN_OR_RETURN(HostMemory memory,
+                          HostMemory::Allocate(total, options.memory, options.prefault));
+  std::unique_ptr<HostTier> tier(new HostTier(std::move(options), std::move(memory)));
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    auto shard = std::make_unique<Shard>(tier->options_.pools[i], std::move(parts[i].codec));
+    shard->base = tier->memory_.data() + parts[i].offset;
+    shard->slot_bytes = parts[i].slot_bytes;
+    shard->num_slots = static_cast<std::int32_t>(parts[i].num_slots);
+    MutexLock lock(&shard->mu);
+    shard->slots.resize(shard->num_slots);
+    shard->free_slots.reserve(shard->num_slots);
+    for (std::int32_t s = shard->num_slots - 1; s >= 0; --s) shard->free_slots.push_back(s);
+    tier->shards_.push_back(std::move(shard));
+  }
+  KVMESH_LOG_INFO("host tier created bytes {} pools {} memory {}", total, tier->shards_.size(),
+                  tier->memory_.pinned() ? "pinned" : "aligned");
+  return tier;
+}
+
+HostTier::HostTier(HostTierOptions options, HostMemory memory)
+    : options_(std::move(options)), memory_(std::move(memory)) {}
+
+HostTier::~HostTier() = default;
+
+Result<HostTier::Shard*> HostTier::FindShard(TierPoolId pool, int priority) const {
+  if (priority < kTierMinPriority || priority > kTierMaxPriority) {
+    return Status::InvalidArgument(StrCat("host tier: priority ", priority, " outside [",
+                                          kTierMinPriority, ", ", kTierMaxPriority, "]"));
+  }
+  for (const auto& s : shards_) {
+    if (s->config.id == pool) return s.get();
+  }
+  return Status::InvalidArgument(StrCat("host tier: unknown pool ", pool.value));
+}
+
+std::int64_t HostTier::SlotCount(TierPoolId pool) const {
+  auto shard = FindShard(pool, kTierDefaultPriority);
+  return shard.ok() ? (*shard)->num_slots : 0;
+}
+
+const BundleCodec* HostTier::Codec(TierPoolId pool) const {
+  auto shard = FindShard(pool, kTierDefaultPriority);
+  return shard.ok() ? &(*shard)->codec : nullptr;
+}
+
+void HostTier::MakeEvictable(Shard& shard, std::int32_t slot) {
+  Slot& s = shard.slots[slot];
+  KVMESH_DCHECK(!s.in_lru);
+  auto& list = shard.lru[s.priority];
+  s.lru_pos = list.insert(list.end(), slot);
+  s.in_lru = true;
+}
+
+void HostTier::RemoveEvictable(Shard& shard, std::int32_t slot) {
+  Slot& s = shard.slots[slot];
+  if (!s.in_lru) return;
+  shard.lru[s.priority].erase(s.lru_pos);
+  s.in_lru = false;
+}
+
+void HostTier::FreeSlot(Shard& shard, std::int32_t slot) {
+  Slot& s = shard.slots[slot];
+  RemoveEvictable(shard, slot);
+  s.state = SlotState::kFree;
+  s.pins = 0;
+  s.erase_pending = false;
+  shard.free_slots.push_back(slot);
+}
+
+void HostTier::EraseSlot(Shard& shard, std::int32_t slot) {
+  Slot& s = shard.slots[slot];
+  KVMESH_CHECK(!s.erase_pending);
+  shard.index.erase(s.id);
+  if (s.state == SlotState::kReady) {
+    counters_.entries.fetch_sub(1, std::memory_order_relaxed);
+    counters_.used_bytes.fetch_sub(shard.codec.bundle_bytes(), std::memory_order_relaxed);
+  }
+  if (s.state == SlotState::kReady && s.pins == 0) {
+    FreeSlot(shard, slot);
+  } else {
+    RemoveEvictable(shard, slot);
+    s.erase_pending = true;
+  }
+}
+
+Result<HostTier::Reservation> HostTier::Reserve(Shard& shard, const ContentId& id, int priority) {
+  Reservation r;
+  MutexLock lock(&shard.mu);
+  if (auto it = shard.index.find(id); it != shard.index.end()) {
+    Slot& s = shard.slots[it->second];
+    if (s.state == SlotState::kReady && s.in_lru) {
+      RemoveEvictable(shard, it->second);
+      s.priority = priority;
+      MakeEvictable(shard, it->second);  // most recently used
+    } else if (s.state == SlotState::kReady) {
+      s.priority = priority;  // pinned by a reader: back into the lists at its new priority
+    }
+    counters_.put_present.fetch_add(1, std::memory_order_relaxed);
+    r.already_held = true;
+    return r;
+  }
+  if (!shard.free_slots.empty()) {
+    r.slot = shard.free_slots.back();
+    shard.free_slots.pop_back();
+  } else {
+    for (auto& list : shard.lru) {
+      if (!list.empty()) {
+        r.slot = list.front();
+        break;
+      }
+    }
+    if (r.slot < 0) {
+      return Status::ResourceExhausted(StrCat("host tier pool ", shard.config.id.value, ": all ",
+                                              shard.num_slots, " slots are being written or read"));
+    }
+    Slot& v = shard.slots[r.slot];
+    RemoveEvictable(shard, r.slot);
+    shard.index.erase(v.id);
+    r.has_victim = true;
+    r.victim = EvictedBundle{
+        shard.config.id,
+        v.id,
+        v.priority,
+        {SlotData(shard, r.slot), static_cast<std::size_t>(shard.codec.bundle_bytes())}};
+    counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+    counters_.eviction_bytes.fetch_add(shard.codec.bundle_bytes(), std::memory_order_relaxed);
+    counters_.entries.fetch_sub(1, std::memory_order_relaxed);
+    counters_.used_bytes.fetch_sub(shard.codec.bundle_bytes(), std::memory_order_relaxed);
+  }
+  Slot& s = shard.slots[r.slot];
+  s.state = SlotState::kWriting;
+  s.id = id;
+  s.priority = priority;
+  s.pins = 0;
+  s.erase_pending = false;
+  shard.index[id] = r.slot;
+  return r;
+}
+
+void HostTier::Spill(Shard& /*shard*/, const Reservation& r) {
+  if (!r.has_victim || !options_.on_evict) return;
+  const Status st = options_.on_evict(r.victim);
+  if (st.ok()) {
+    counters_.spills.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    counters_.spill_failures.fetch_add(1, std::memory_order_relaxed);
+    KVMESH_LOG_DEBUG("host tier spill failed pool {} id {} error {}", r.victim.pool.value,
+                     r.victim.id.ToHex(), st.ToString());
+  }
+}
+
+void HostTier::Publish(Shard& shard, std::int32_t slot) {
+  MutexLock lock(&shard.mu);
+  Slot& s = shard.slots[slot];
+  KVMESH_CHECK(s.state == SlotState::kWriting);
+  if (s.erase_pending) {
+    FreeSlot(shard, slot);
+    return;
+  }
+  s.state = SlotState::kReady;
+  MakeEvictable(shard, slot);
+  counters_.entries.fetch_add(1, std::memory_order_relaxed);
+  counters_.used_bytes.fetch_add(shard.codec.bundle_bytes(), std::memory_order_relaxed);
+  counters_.puts.fetch_add(1, std::memory_order_relaxed);
+  counters_.put_bytes.fetch_add(shard.codec.bundle_bytes(), std::memory_order_relaxed);
+}
+
+void HostTier::Abandon(Shard& shard, std::int32_t slot) {
+  MutexLock lock(&shard.mu);
+  Slot& s = shard.slots[slot];
+  if (!s.erase_pending) shard.index.erase(s.id);
+  FreeSlot(shard, slot);
+}
+
+Status HostTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& src,
+                     std::int64_t block, int priority) {
+  KVMESH_ASSIGN_OR_RETURN(Shard * shard, FindShard(pool, priority));
+  KVMESH_RETURN_IF_ERROR(shard->codec.CheckView(src, block));
+  KVMESH_ASSIGN_OR_RETURN(Reservation r, Reserve(*shard, id, priority));
+  if (r.already_held) return Status::Ok();
+  Spill(*shard, r);
+  const auto n = static_cast<std::size_t>(shard->codec.bundle_bytes());
+  if (Status st = shard->codec.Encode(src, block, id, {SlotData(*shard, r.slot), n}); !st.ok()) {
+    Abandon(*shard, r.slot);
+    return st;
+  }
+  Publish(*shard, r.slot);
+  return Status::Ok();
+}
+
+Status HostTier::PutBundle(TierPoolId pool, const ContentId& id, std::span<const std::byte> bundle,
+                           int priority) {
+  KVMESH_ASSIGN_OR_RETURN(Shard * shard, FindShard(pool, priority));
+  KVMESH_RETURN_IF_ERROR(shard->codec.Verify(bundle, id));
+  KVMESH_ASSIGN_OR_RETURN(Reservation r, Reserve(*shard, id, priority));
+  if (r.already_held) return Status::Ok();
+  Spill(*shard, r);
+  std::memcpy(SlotData(*shard, r.slot), bundle.data(), bundle.size());
+  Publish(*shard, r.slot);
+  return Status::Ok();
+}
+
+Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                     std::int64_t block) {
+  KVMESH_ASSIGN_OR_RETURN(Shard * shard, FindShard(pool, kTierDefaultPriority));
+  KVMESH_RETURN_IF_ERROR(shard->codec.CheckView(dst, block));
+  std::int32_t slot = -1;
+  {
+    MutexLock lock(&shard->mu);
+    auto it = shard->index.find(id);
+    if (it == shard->index.end() || shard->slots[it->second].state != SlotState::kReady) {
+      counters_.misses.fetch_add(1, std::memory_order_relaxed);
+      return Status::NotFound(StrCat("host tier pool ", pool.value, ": no block ", id.ToHex()));
+    }
+    slot = it->second;
+    Slot& s = shard->slots[slot];
+    ++s.pins;
+    RemoveEvictable(*shard, slot);
+  }
+  // Pinned: the slot is neither evicted nor reused while it is verified and copied out.
+  const auto n = static_cast<std::size_t>(shard->codec.bundle_bytes());
+  const Status st = shard->codec.Decode({SlotData(*shard, slot), n}, id, dst, block);
+  bool erased_now = false;
+  {
+    MutexLock lock(&shard->mu);
+    Slot& s = shard->slots[slot];
+    --s.pins;
+    if (!st.ok() && !s.erase_pending) {
+      EraseSlot(*shard, slot);
+      erased_now = true;
+    }
+    if (s.pins == 0) {
+      if (s.erase_pending) {
+        FreeSlot(*shard, slot);
+      } else if (!s.in_lru) {
+        MakeEvictable(*shard, slot);  // most recently used
+      }
+    }
+  }
+  if (!st.ok()) {
+    if (erased_now) {
+      counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
+      KVMESH_LOG_WARN("host tier corrupt block erased pool {} id {} error {}", pool.value,
+                      id.ToHex(), st.message());
+    }
+    return st;
+  }
+  counters_.hits.fetch_add(1, std::memory_order_relaxed);
+  counters_.hit_bytes.fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+bool HostTier::Contains(TierPoolId pool, const ContentId& id) {
+  auto shard = FindShard(pool, kTierDefaultPriority);
+  if (!shard.ok()) return false;
+  MutexLock lock(&(*shard)->mu);
+  auto it = (*shard)->index.find(id);
+  return it != (*shard)->index.end() && (*shard)->slots[it->second].state == SlotState::kReady;
+}
+
+Status HostTier::Erase(TierPoolId pool, const ContentId& id) {
+  KVMESH_ASSIGN_OR_RETURN(Shard * shard, FindShard(pool, kTierDefaultPriority));
+  MutexLock lock(&shard->mu);
+  auto it = shard->index.find(id);
+  if (it == shard->index.end()) {
+    return Status::NotFound(StrCat("host tier pool ", pool.value, ": no block ", id.ToHex()));
+  }
+  EraseSlot(*shard, it->second);
+  counters_.erases.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+std::span<std::byte> HostTier::SlotBytesForTesting(TierPoolId pool, const ContentId& id) {
+  auto shard = FindShard(pool, kTierDefaultPriority);
+  if (!shard.ok()) return {};
+  MutexLock lock(&(*shard)->mu);
+  auto it = (*shard)->index.find(id);
+  if (it == (*shard)->index.end() || (*shard)->slots[it->second].state != SlotState::kReady) {
+    return {};
+  }
+  return {SlotData(**shard, it->second), static_cast<std::size_t>((*shard)->codec.bundle_bytes())};
+}
+
+TierStats HostTier::stats() const {
+  TierStats s;
+  const auto ld = [](const std::atomic<std::int64_t>& a) {
+    return a.load(std::memory_order_relaxed);
+  };
+  s.puts = ld(counters_.puts);
+  s.put_bytes = ld(counters_.put_bytes);
+  s.put_present = ld(counters_.put_present);
+  s.hits = ld(counters_.hits);
+  s.hit_bytes = ld(counters_.hit_bytes);
+  s.misses = ld(counters_.misses);
+  s.corrupt = ld(counters_.corrupt);
+  s.evictions = ld(counters_.evictions);
+  s.eviction_bytes = ld(counters_.eviction_bytes);
+  s.spills = ld(counters_.spills);
+  s.spill_failures = ld(counters_.spill_failures);
+  s.erases = ld(counters_.erases);
+  s.entries = ld(counters_.entries);
+  s.used_bytes = ld(counters_.used_bytes);
+  s.capacity_bytes = options_.capacity_bytes;
+  return s;
+}
+
+}  // namespace kvmesh

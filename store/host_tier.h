@@ -1,0 +1,165 @@
+// HostTier: the secondary tier — complete blocks (bundles, store/block_bundle.h) in host memory,
+// pinned (cudaHostAlloc) when CUDA and a device are present, page-aligned otherwise.
+//
+// Memory: one allocation of `capacity_bytes`, split between the configured pools at creation by
+// their shares (equal unless given), like the primary pools. Each pool's part is an array of
+// fixed-size slots, one bundle each (a pool's bundles all have the same size), padded to 64 bytes.
+// Index: (pool, content id) → slot, one shard (mutex, index, free list, eviction lists) per pool.
+//
+// Eviction (per pool, when a put finds no free slot): all ready, unpinned blocks of the lowest
+// priority before any of the next one; within a priority the least recently used (put or get)
+// first. A victim is handed to the eviction sink (e.g. a RocksDB tier's PutBundle) before its slot
+// is reused; a sink failure is counted (spill_failures) and the block is dropped — a tier is a
+// cache. Blocks being written or read are never victims.
+//
+// Slot states (one shard's mutex guards every transition):
+//
+//   state     in index  evictable  how it is entered                 how it is left
+//   kFree     no        no         creation; erase/corrupt, unpinned  put takes it (→ kWriting)
+//   kWriting  yes*      no         put reserved it (free or victim)   put publishes (→ kReady)
+//   kReady    yes       if pins 0  put published                      evicted (→ kWriting);
+//                                                                     erased (→ kFree once pins 0)
+//   (* a kWriting slot is in the index so that a second put of the same id does not copy again,
+//      but gets and Contains treat it as absent: a block is never visible before its copy is done.)
+//
+// A reader pins a ready slot under the lock (pins > 0: not evictable, not reused), verifies and
+// copies out without the lock, and unpins under the lock. A writer reserves a slot under the lock,
+// runs the sink and encodes without the lock, and publishes under the lock. So no lock is held
+// across a copy of block bytes or a call of the sink. An erase of a pinned or writing slot removes
+// it from the index at once and frees the slot when its last user is done.
+//
+// Every get verifies the bundle (structure, fingerprint, content id, checksum) before writing the
+// destination; a slot that fails is erased, counted (corrupt) and reported as kCorruption.
+//
+// Thread safety: thread-safe. The eviction sink is called from the thread of the Put or PutBundle
+// that evicts, with no tier lock held; it may call into other tiers, but not back into this one for
+// the same pool.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <functional>
+#include <list>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "common/thread_annotations.h"
+#include "store/block_bundle.h"
+#include "store/host_memory.h"
+#include "store/tier.h"
+
+namespace kvmesh {
+
+struct HostTierPool {
+  TierPoolId id;
+  KvPoolLayout layout;
+  float pool_scale = 1.0f;  // fp8_per_tensor scale or nvfp4 global scale
+  double share = 0;         // fraction of capacity_bytes; 0: an equal part of what is left
+};
+
+// Receives evicted blocks. Returns OK when the block was taken.
+using TierEvictionSink = std::function<Status(const EvictedBundle&)>;
+
+struct HostTierOptions {
+  std::int64_t capacity_bytes = 0;
+  std::vector<HostTierPool> pools;
+  HostMemoryKind memory = HostMemoryKind::kAuto;
+  bool prefault = true;       // touch every page at creation (aligned memory)
+  TierEvictionSink on_evict;  // may be empty: victims are dropped
+};
+
+class HostTier final : public BlockTier {
+ public:
+  // kInvalidArgument: no pools, a duplicate pool id, shares that are negative or sum above 1, a
+  // pool whose layout the bundle codec rejects, a pool part too small for one slot.
+  // kResourceExhausted / kCudaError: the allocation failed.
+  static Result<std::unique_ptr<HostTier>> Create(HostTierOptions options);
+  ~HostTier() override;
+  HostTier(const HostTier&) = delete;
+  HostTier& operator=(const HostTier&) = delete;
+
+  std::string_view name() const override { return "host"; }
+  Status Put(TierPoolId pool, const ContentId& id, const KvPoolView& src, std::int64_t block,
+             int priority) override;
+  Status PutBundle(TierPoolId pool, const ContentId& id, std::span<const std::byte> bundle,
+                   int priority) override;
+  Status Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+             std::int64_t block) override;
+  bool Contains(TierPoolId pool, const ContentId& id) override;
+  Status Erase(TierPoolId pool, const ContentId& id) override;
+  TierStats stats() const override;
+
+  // Whether the memory is CUDA pinned memory.
+  bool pinned() const { return memory_.pinned(); }
+  // Slots of a pool (0 for an unknown pool), and the codec of its bundles (null when unknown).
+  std::int64_t SlotCount(TierPoolId pool) const;
+  const BundleCodec* Codec(TierPoolId pool) const;
+
+  // For tests that inject corruption: the bytes of the slot holding a ready block (empty when the
+  // block is not held). The span stays valid while the block is not evicted or erased.
+  std::span<std::byte> SlotBytesForTesting(TierPoolId pool, const ContentId& id);
+
+ private:
+  enum class SlotState : std::uint8_t { kFree, kWriting, kReady };
+  struct Slot {
+    SlotState state = SlotState::kFree;
+    ContentId id;
+    int priority = kTierDefaultPriority;
+    int pins = 0;
+    bool erase_pending = false;  // removed from the index; free it when its users are done
+    bool in_lru = false;
+    std::list<std::int32_t>::iterator lru_pos;
+  };
+  struct Shard {
+    Shard(HostTierPool config, BundleCodec codec)
+        : config(std::move(config)), codec(std::move(codec)) {}
+    const HostTierPool config;
+    const BundleCodec codec;
+    std::byte* base = nullptr;
+    std::int64_t slot_bytes = 0;
+    std::int32_t num_slots = 0;
+    Mutex mu;
+    std::vector<Slot> slots KVMESH_GUARDED_BY(mu);
+    std::vector<std::int32_t> free_slots KVMESH_GUARDED_BY(mu);
+    // Evictable slots per priority, least recently used at the front.
+    std::array<std::list<std::int32_t>, kTierMaxPriority + 1> lru KVMESH_GUARDED_BY(mu);
+    std::unordered_map<ContentId, std::int32_t, ContentIdHash> index KVMESH_GUARDED_BY(mu);
+  };
+  // What a put reserved: a slot, and the victim it displaced (if any).
+  struct Reservation {
+    std::int32_t slot = -1;
+    bool already_held = false;
+    bool has_victim = false;
+    EvictedBundle victim;
+  };
+  struct Counters {
+    std::atomic<std::int64_t> puts{0}, put_bytes{0}, put_present{0}, hits{0}, hit_bytes{0},
+        misses{0}, corrupt{0}, evictions{0}, eviction_bytes{0}, spills{0}, spill_failures{0},
+        erases{0}, entries{0}, used_bytes{0};
+  };
+
+  HostTier(HostTierOptions options, HostMemory memory);
+  Result<Shard*> FindShard(TierPoolId pool, int priority) const;
+  std::byte* SlotData(const Shard& shard, std::int32_t slot) const {
+    return shard.base + static_cast<std::int64_t>(slot) * shard.slot_bytes;
+  }
+  // Reserves a slot for `id` (evicting if needed). kResourceExhausted when none can be had.
+  Result<Reservation> Reserve(Shard& shard, const ContentId& id, int priority);
+  void Spill(Shard& shard, const Reservation& r);
+  void Publish(Shard& shard, std::int32_t slot);
+  // Puts the reserved slot back to free (a failed write).
+  void Abandon(Shard& shard, std::int32_t slot);
+  void MakeEvictable(Shard& shard, std::int32_t slot) KVMESH_REQUIRES(shard.mu);
+  void RemoveEvictable(Shard& shard, std::int32_t slot) KVMESH_REQUIRES(shard.mu);
+  void FreeSlot(Shard& shard, std::int32_t slot) KVMESH_REQUIRES(shard.mu);
+  // Drops the slot from the index; frees it now or when its last user is done.
+  void EraseSlot(Shard& shard, std::int32_t slot) KVMESH_REQUIRES(shard.mu);
+
+  HostTierOptions options_;
+  HostMemory memory_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  mutable Counters counters_;
+};
+
+}  // namespace kvmesh

@@ -1,0 +1,335 @@
+// RocksDbTier: puts, gets, erases, eviction and the disabled state.
+#include "store/rocksdb_tier.h"
+
+#include <rocksdb/db.h>
+#include <rocksdb/write_batch.h>
+
+#include "common/log.h"
+#include "common/strings.h"
+#include "store/rocksdb_tier_internal.h"
+
+namespace kvmesh {
+
+using rocksdb_tier::KeySlice;
+
+Result<RocksDbTier::PoolFamilies*> RocksDbTier::FindPool(TierPoolId pool, int priority) const {
+  if (priority < kTierMinPriority || priority > kTierMaxPriority) {
+    return Status::InvalidArgument(StrCat("rocksdb tier: priority ", priority, " outside [",
+                                          kTierMinPriority, ", ", kTierMaxPriority, "]"));
+  }
+  for (const auto& p : pools_) {
+    if (p->config.id == pool) return p.get();
+  }
+  return Status::InvalidArgument(StrCat("rocksdb tier: unknown pool ", pool.value));
+}
+
+const BundleCodec* RocksDbTier::Codec(TierPoolId pool) const {
+  auto p = FindPool(pool, kTierDefaultPriority);
+  return p.ok() ? &(*p)->codec : nullptr;
+}
+
+Status RocksDbTier::DisabledError() const {
+  MutexLock lock(&mu_);
+  return Status::IoError(
+      StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
+}
+
+Status RocksDbTier::Disable(std::string_view op, const rocksdb::Status& s) {
+  counters_.io_errors.fetch_add(1, std::memory_order_relaxed);
+  const std::string reason = StrCat(op, ": ", s.ToString());
+  if (!disabled_.exchange(true, std::memory_order_acq_rel)) {
+    KVMESH_LOG_ERROR("rocksdb tier disabled path {} op {} error {}", options_.path, op,
+                     s.ToString());
+    MutexLock lock(&mu_);
+    disabled_reason_ = reason;
+  }
+  return Status::IoError(StrCat("rocksdb tier ", options_.path, " ", reason, " (tier disabled)"));
+}
+
+void RocksDbTier::EraseFromIndex(const Key& key) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return;
+  if (it->second.state == EntryState::kReady) {
+    order_.erase({it->second.priority, it->second.seq, key.pool, key.id});
+  }
+  dirty_.erase(key);
+  used_bytes_ -= it->second.bytes;
+  index_.erase(it);
+}
+
+Result<RocksDbTier::Reservation> RocksDbTier::Reserve(const PoolFamilies& p, const ContentId& id,
+                                                      int priority) {
+  Reservation r;
+  const Key key{p.config.id, id};
+  const std::int64_t bytes = p.codec.bundle_bytes();
+  MutexLock lock(&mu_);
+  if (disabled()) {
+    return Status::IoError(
+        StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
+  }
+  if (auto it = index_.find(key); it != index_.end()) {
+    Entry& e = it->second;
+    if (e.state == EntryState::kReady) {  // touch: new priority, most recently used
+      order_.erase({e.priority, e.seq, key.pool, key.id});
+      e.priority = priority;
+      e.seq = next_seq_++;
+      order_.insert({e.priority, e.seq, key.pool, key.id});
+      dirty_.insert(key);
+    }
+    counters_.put_present.fetch_add(1, std::memory_order_relaxed);
+    r.already_held = true;
+    return r;
+  }
+  if (writing_bytes_ + bytes > options_.capacity_bytes) {
+    return Status::ResourceExhausted(StrCat("rocksdb tier: ", bytes, " bytes do not fit in ",
+                                            options_.capacity_bytes, " with ", writing_bytes_,
+                                            " bytes being written"));
+  }
+  while (used_bytes_ + bytes > options_.capacity_bytes && !order_.empty()) {
+    const OrderKey victim = *order_.begin();
+    const Key vk{victim.pool, victim.id};
+    counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+    counters_.eviction_bytes.fetch_add(index_.at(vk).bytes, std::memory_order_relaxed);
+    EraseFromIndex(vk);
+    r.victims.push_back(vk);
+  }
+  KVMESH_CHECK_LE(used_bytes_ + bytes, options_.capacity_bytes);
+  r.seq = next_seq_++;
+  r.generation = next_generation_++;
+  index_.emplace(key, Entry{EntryState::kWriting, priority, r.seq, r.generation, bytes});
+  used_bytes_ += bytes;
+  writing_bytes_ += bytes;
+  return r;
+}
+
+Status RocksDbTier::Commit(const PoolFamilies& p, const ContentId& id, int priority,
+                           const Reservation& r,
+                           std::span<const std::span<const std::byte>> value) {
+  const Key key{p.config.id, id};
+  const std::int64_t bytes = p.codec.bundle_bytes();
+  rocksdb::WriteBatch batch;
+  for (const Key& v : r.victims) {
+    const PoolFamilies& vp = *FindPool(v.pool, kTierDefaultPriority).value();
+    batch.Delete(vp.data, KeySlice(v.id)).PermitUncheckedError();
+    batch.Delete(vp.meta, KeySlice(v.id)).PermitUncheckedError();
+  }
+  std::array<rocksdb::Slice, BundlePieces::kMaxPieces> parts;
+  KVMESH_CHECK_LE(value.size(), parts.size());
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    parts[i] = {reinterpret_cast<const char*>(value[i].data()), value[i].size()};
+  }
+  const rocksdb::Slice key_slice = KeySlice(id);
+  batch
+      .Put(p.data, rocksdb::SliceParts(&key_slice, 1),
+           rocksdb::SliceParts(parts.data(), static_cast<int>(value.size())))
+      .PermitUncheckedError();
+  const auto meta = rocksdb_tier::EncodeMeta(r.seq, priority);
+  batch.Put(p.meta, key_slice, rocksdb::Slice(meta.data(), meta.size())).PermitUncheckedError();
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = options_.disable_wal;
+  wo.sync = options_.sync_writes && !options_.disable_wal;
+  const rocksdb::Status s = db_->Write(wo, &batch);
+
+  bool erased_meanwhile = false;
+  {
+    MutexLock lock(&mu_);
+    writing_bytes_ -= bytes;
+    auto it = index_.find(key);
+    const bool mine = it != index_.end() && it->second.generation == r.generation;
+    if (!s.ok()) {
+      if (mine) EraseFromIndex(key);
+    } else if (mine) {
+      it->second.state = EntryState::kReady;
+      order_.insert({it->second.priority, it->second.seq, key.pool, key.id});
+    } else {
+      erased_meanwhile = it == index_.end();
+    }
+  }
+  if (!s.ok()) return Disable("put", s);
+  counters_.puts.fetch_add(1, std::memory_order_relaxed);
+  counters_.put_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (erased_meanwhile) {  // an Erase came while the write ran: undo it
+    rocksdb::WriteBatch undo;
+    undo.Delete(p.data, key_slice).PermitUncheckedError();
+    undo.Delete(p.meta, key_slice).PermitUncheckedError();
+    if (rocksdb::Status u = db_->Write(wo, &undo); !u.ok()) return Disable("erase", u);
+  }
+  return Status::Ok();
+}
+
+Status RocksDbTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& src,
+                        std::int64_t block, int priority) {
+  KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, priority));
+  KVMESH_RETURN_IF_ERROR(p->codec.CheckView(src, block));
+  KVMESH_ASSIGN_OR_RETURN(Reservation r, Reserve(*p, id, priority));
+  if (r.already_held) return Status::Ok();
+  // The bundle goes to RocksDB as pieces that point into the pool block: no intermediate copy.
+  BundlePieces pieces;
+  if (Status st = p->codec.EncodePieces(src, block, id, &pieces); !st.ok()) {
+    MutexLock lock(&mu_);
+    writing_bytes_ -= p->codec.bundle_bytes();
+    auto it = index_.find(Key{pool, id});
+    if (it != index_.end() && it->second.generation == r.generation) EraseFromIndex(Key{pool, id});
+    return st;
+  }
+  return Commit(*p, id, priority, r, std::span(pieces.pieces.data(), pieces.count));
+}
+
+Status RocksDbTier::PutBundle(TierPoolId pool, const ContentId& id,
+                              std::span<const std::byte> bundle, int priority) {
+  KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, priority));
+  KVMESH_RETURN_IF_ERROR(p->codec.Verify(bundle, id));
+  KVMESH_ASSIGN_OR_RETURN(Reservation r, Reserve(*p, id, priority));
+  if (r.already_held) return Status::Ok();
+  const std::span<const std::byte> one[1] = {bundle};
+  return Commit(*p, id, priority, r, one);
+}
+
+Status RocksDbTier::DropCorrupt(const PoolFamilies& p, const ContentId& id,
+                                std::uint64_t generation, const std::string& why) {
+  const Key key{p.config.id, id};
+  {
+    MutexLock lock(&mu_);
+    auto it = index_.find(key);
+    if (it != index_.end() && it->second.generation == generation) EraseFromIndex(key);
+  }
+  counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
+  KVMESH_LOG_WARN("rocksdb tier corrupt block deleted pool {} id {} error {}", p.config.id.value,
+                  id.ToHex(), why);
+  rocksdb::WriteBatch batch;
+  batch.Delete(p.data, KeySlice(id)).PermitUncheckedError();
+  batch.Delete(p.meta, KeySlice(id)).PermitUncheckedError();
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = options_.disable_wal;
+  if (rocksdb::Status s = db_->Write(wo, &batch); !s.ok()) {
+    Disable("delete corrupt", s).IgnoreError();  // reported below as the corruption it is
+  }
+  return Status::Corruption(
+      StrCat("rocksdb tier pool ", p.config.id.value, " block ", id.ToHex(), ": ", why));
+}
+
+Status RocksDbTier::ReadBlock(const PoolFamilies& p, const ContentId& id,
+                              const std::function<Status(std::span<const std::byte>)>& use) {
+  const Key key{p.config.id, id};
+  std::uint64_t generation = 0;
+  {
+    MutexLock lock(&mu_);
+    if (disabled()) {
+      return Status::IoError(
+          StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
+    }
+    auto it = index_.find(key);
+    if (it == index_.end() || it->second.state != EntryState::kReady) {
+      counters_.misses.fetch_add(1, std::memory_order_relaxed);
+      return Status::NotFound(
+          StrCat("rocksdb tier pool ", key.pool.value, ": no block ", id.ToHex()));
+    }
+    Entry& e = it->second;
+    generation = e.generation;
+    order_.erase({e.priority, e.seq, key.pool, key.id});
+    e.seq = next_seq_++;
+    order_.insert({e.priority, e.seq, key.pool, key.id});
+    dirty_.insert(key);
+  }
+  rocksdb::ReadOptions ro;
+  ro.verify_checksums = true;
+  ro.fill_cache = options_.fill_cache;
+  rocksdb::PinnableSlice value;
+  const rocksdb::Status s = db_->Get(ro, p.data, KeySlice(id), &value);
+  if (s.IsNotFound()) {  // evicted or erased meanwhile, or its meta record outlived it
+    MutexLock lock(&mu_);
+    auto it = index_.find(key);
+    if (it != index_.end() && it->second.generation == generation) EraseFromIndex(key);
+    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    return Status::NotFound(
+        StrCat("rocksdb tier pool ", key.pool.value, ": no block ", id.ToHex()));
+  }
+  if (s.IsCorruption()) return DropCorrupt(p, id, generation, s.ToString());
+  if (!s.ok()) return Disable("get", s);
+  const std::span<const std::byte> bundle(reinterpret_cast<const std::byte*>(value.data()),
+                                          value.size());
+  if (Status st = use(bundle); !st.ok()) {
+    return st.IsCorruption() ? DropCorrupt(p, id, generation, st.message()) : st;
+  }
+  counters_.hits.fetch_add(1, std::memory_order_relaxed);
+  counters_.hit_bytes.fetch_add(static_cast<std::int64_t>(bundle.size()),
+                                std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status RocksDbTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                        std::int64_t block) {
+  KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, kTierDefaultPriority));
+  KVMESH_RETURN_IF_ERROR(p->codec.CheckView(dst, block));
+  return ReadBlock(*p, id, [&](std::span<const std::byte> bundle) {
+    return p->codec.Decode(bundle, id, dst, block);
+  });
+}
+
+Result<std::string> RocksDbTier::GetBundle(TierPoolId pool, const ContentId& id) {
+  KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, kTierDefaultPriority));
+  std::string out;
+  KVMESH_RETURN_IF_ERROR(ReadBlock(*p, id, [&](std::span<const std::byte> bundle) {
+    KVMESH_RETURN_IF_ERROR(p->codec.Verify(bundle, id));
+    out.assign(reinterpret_cast<const char*>(bundle.data()), bundle.size());
+    return Status::Ok();
+  }));
+  return out;
+}
+
+bool RocksDbTier::Contains(TierPoolId pool, const ContentId& id) {
+  if (disabled()) return false;
+  MutexLock lock(&mu_);
+  auto it = index_.find(Key{pool, id});
+  return it != index_.end() && it->second.state == EntryState::kReady;
+}
+
+Status RocksDbTier::Erase(TierPoolId pool, const ContentId& id) {
+  KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, kTierDefaultPriority));
+  {
+    MutexLock lock(&mu_);
+    if (disabled()) {
+      return Status::IoError(
+          StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
+    }
+    const Key key{pool, id};
+    if (index_.find(key) == index_.end()) {
+      return Status::NotFound(StrCat("rocksdb tier pool ", pool.value, ": no block ", id.ToHex()));
+    }
+    EraseFromIndex(key);
+  }
+  counters_.erases.fetch_add(1, std::memory_order_relaxed);
+  rocksdb::WriteBatch batch;
+  batch.Delete(p->data, KeySlice(id)).PermitUncheckedError();
+  batch.Delete(p->meta, KeySlice(id)).PermitUncheckedError();
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = options_.disable_wal;
+  if (rocksdb::Status s = db_->Write(wo, &batch); !s.ok()) return Disable("erase", s);
+  return Status::Ok();
+}
+
+TierStats RocksDbTier::stats() const {
+  TierStats s;
+  const auto ld = [](const std::atomic<std::int64_t>& a) {
+    return a.load(std::memory_order_relaxed);
+  };
+  s.puts = ld(counters_.puts);
+  s.put_bytes = ld(counters_.put_bytes);
+  s.put_present = ld(counters_.put_present);
+  s.hits = ld(counters_.hits);
+  s.hit_bytes = ld(counters_.hit_bytes);
+  s.misses = ld(counters_.misses);
+  s.corrupt = ld(counters_.corrupt);
+  s.evictions = ld(counters_.evictions);
+  s.eviction_bytes = ld(counters_.eviction_bytes);
+  s.erases = ld(counters_.erases);
+  s.io_errors = ld(counters_.io_errors);
+  s.capacity_bytes = options_.capacity_bytes;
+  s.disabled = disabled();
+  MutexLock lock(&mu_);
+  s.entries = static_cast<std::int64_t>(order_.size());
+  s.used_bytes = used_bytes_ - writing_bytes_;
+  return s;
+}
+
+}  // namespace kvmesh

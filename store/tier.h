@@ -1,0 +1,108 @@
+// Tier: what the host tier and the RocksDB tier have in common — a content-addressed store of
+// complete blocks (block bundles, store/block_bundle.h), keyed by (pool, content id).
+//
+// A tier holds blocks of one or more pools, each pool with a fixed geometry given when the tier is
+// created. Put encodes one block of a pool view (every component, the pool scale and a checksum)
+// into the tier; Get verifies the stored bundle against the content id and the pool's geometry and
+// only then writes the block into a pool view. A stored block that fails verification is erased,
+// counted (TierStats::corrupt) and reported as kCorruption, which a caller treats as a miss: a tier
+// never yields data that did not verify.
+//
+// Priorities are those of the block manager: 0–100, default 35; a tier evicts all blocks of the
+// lowest priority before any of the next one and, within a priority, the least recently used first.
+//
+// Thread safety: implementations are thread-safe.
+#pragma once
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "common/content_id.h"
+#include "common/status.h"
+#include "kernels/paged_kv_layout.h"
+
+namespace kvmesh {
+
+// The pool a block belongs to, as the tiers name it: the pool's index in the node's pool plan
+// (PoolId::value of pool/pool_plan.h). Its own small type so that store/ does not depend on the
+// plan; the offload machinery converts where pool and store meet.
+struct TierPoolId {
+  std::int32_t value = 0;
+  friend auto operator<=>(const TierPoolId&, const TierPoolId&) = default;
+};
+
+inline constexpr int kTierMinPriority = 0;
+inline constexpr int kTierMaxPriority = 100;
+inline constexpr int kTierDefaultPriority = 35;
+
+// Counters of one tier. Monotonic counts since the tier was created or opened, plus the current
+// occupancy.
+struct TierStats {
+  std::int64_t puts = 0;         // blocks stored
+  std::int64_t put_bytes = 0;    // bundle bytes stored
+  std::int64_t put_present = 0;  // puts of a block already held (not copied again)
+  std::int64_t hits = 0;         // gets that returned a verified block
+  std::int64_t hit_bytes = 0;    // bundle bytes of those
+  std::int64_t misses = 0;       // gets of a block not held (corrupt ones not included)
+  std::int64_t corrupt = 0;      // stored blocks that failed verification, erased
+  std::int64_t evictions = 0;    // blocks evicted for capacity
+  std::int64_t eviction_bytes = 0;
+  std::int64_t spills = 0;          // evicted blocks handed to the eviction sink (host tier)
+  std::int64_t spill_failures = 0;  // evicted blocks the sink refused
+  std::int64_t erases = 0;          // blocks erased on request
+  std::int64_t io_errors = 0;       // environment failures (RocksDB tier)
+  std::int64_t entries = 0;         // blocks held now
+  std::int64_t used_bytes = 0;      // bundle bytes held now
+  std::int64_t capacity_bytes = 0;
+  bool disabled = false;  // RocksDB tier after an I/O error
+};
+
+// A block leaving a tier through eviction, handed to the tier below (host → RocksDB). `bundle`
+// is valid only for the duration of the call.
+struct EvictedBundle {
+  TierPoolId pool;
+  ContentId id;
+  int priority = kTierDefaultPriority;
+  std::span<const std::byte> bundle;
+};
+
+class BlockTier {
+ public:
+  virtual ~BlockTier() = default;
+
+  // "host", "rocksdb".
+  virtual std::string_view name() const = 0;
+
+  // Stores block `block` of `src` under (pool, id). OK also when the block is already held (it is
+  // not copied again; its priority and recency are updated). kInvalidArgument: unknown pool, a
+  // view whose layout or pool scale differs from the pool's, a block out of range, a priority
+  // outside [0, 100]. kResourceExhausted: nothing can be evicted to make room.
+  // REQUIRES: no one writes the source block during the call.
+  [[nodiscard]] virtual Status Put(TierPoolId pool, const ContentId& id, const KvPoolView& src,
+                                   std::int64_t block, int priority) = 0;
+
+  // Stores an already encoded bundle (a spill from the tier above). The bundle is verified first:
+  // kCorruption when it does not verify (nothing is stored). Otherwise as Put.
+  [[nodiscard]] virtual Status PutBundle(TierPoolId pool, const ContentId& id,
+                                         std::span<const std::byte> bundle, int priority) = 0;
+
+  // Verifies the stored block and writes it into block `block` of `dst`. kNotFound: a miss.
+  // kCorruption: the stored block failed verification and was erased (also a miss). On any error
+  // the destination block is untouched. kInvalidArgument as for Put.
+  // REQUIRES: no one reads or writes the destination block during the call.
+  [[nodiscard]] virtual Status Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                                   std::int64_t block) = 0;
+
+  // Whether a complete block is held (a block still being written is not). Not verified.
+  virtual bool Contains(TierPoolId pool, const ContentId& id) = 0;
+
+  // Removes the block. kNotFound when it was not held.
+  [[nodiscard]] virtual Status Erase(TierPoolId pool, const ContentId& id) = 0;
+
+  virtual TierStats stats() const = 0;
+};
+
+}  // namespace kvmesh

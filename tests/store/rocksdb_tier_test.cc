@@ -1,0 +1,413 @@
+// RocksDbTier: round trips for several pools and shapes, warm restart, a restart with another
+// geometry, capacity and eviction order (also across a restart), corruption written into values
+// and index records with the raw RocksDB API (deleted, counted, never served), I/O errors through
+// an injected file system (the tier disables itself), blob files and direct I/O.
+#include "store/rocksdb_tier.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "tests/store/fault_injection_fs.h"
+#include "tests/store/store_test_util.h"
+
+namespace kvmesh {
+namespace {
+
+using store_test::IdFor;
+using store_test::LayoutOf;
+using store_test::Shape;
+using store_test::TempDir;
+using store_test::TestPool;
+
+constexpr TierPoolId kPool{0};
+
+const Shape& Small() {
+  static const Shape s = store_test::TierShapes()[0];
+  return s;
+}
+
+RocksDbTierOptions OptionsFor(const std::string& path, const std::vector<Shape>& shapes,
+                              std::int64_t capacity = 1ll << 30) {
+  RocksDbTierOptions o;
+  o.path = path;
+  o.capacity_bytes = capacity;
+  o.write_buffer_bytes = 1 << 20;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    o.pools.push_back({TierPoolId{static_cast<std::int32_t>(i)}, LayoutOf(shapes[i].geometry),
+                       shapes[i].pool_scale});
+  }
+  return o;
+}
+
+std::unique_ptr<RocksDbTier> OpenTier(const RocksDbTierOptions& o) {
+  auto tier = RocksDbTier::Open(o);
+  KVMESH_CHECK(tier.ok()) << tier.status().ToString();
+  return std::move(*tier);
+}
+
+// Opens the database without the tier (to play the part of a disk that went bad).
+struct RawDb {
+  explicit RawDb(const std::string& path) {
+    std::vector<std::string> names;
+    KVMESH_CHECK(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &names).ok());
+    std::vector<rocksdb::ColumnFamilyDescriptor> descs;
+    for (const auto& n : names) descs.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    rocksdb::DB* raw = nullptr;
+    const auto s = rocksdb::DB::Open(rocksdb::DBOptions(), path, descs, &handles, &raw);
+    KVMESH_CHECK(s.ok()) << s.ToString();
+    db.reset(raw);
+    for (std::size_t i = 0; i < names.size(); ++i) by_name[names[i]] = handles[i];
+  }
+  ~RawDb() {
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    db->Close().PermitUncheckedError();
+  }
+  void Put(const std::string& cf, const ContentId& id, const std::string& value) {
+    const rocksdb::Slice key(reinterpret_cast<const char*>(id.bytes.data()), 16);
+    KVMESH_CHECK(db->Put(rocksdb::WriteOptions(), by_name.at(cf), key, value).ok());
+  }
+  bool Has(const std::string& cf, const ContentId& id) {
+    const rocksdb::Slice key(reinterpret_cast<const char*>(id.bytes.data()), 16);
+    std::string v;
+    return db->Get(rocksdb::ReadOptions(), by_name.at(cf), key, &v).ok();
+  }
+  std::string Get(const std::string& cf, const ContentId& id) {
+    const rocksdb::Slice key(reinterpret_cast<const char*>(id.bytes.data()), 16);
+    std::string v;
+    KVMESH_CHECK(db->Get(rocksdb::ReadOptions(), by_name.at(cf), key, &v).ok());
+    return v;
+  }
+  std::unique_ptr<rocksdb::DB> db;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  std::map<std::string, rocksdb::ColumnFamilyHandle*> by_name;
+};
+
+TEST(RocksDbTier, RoundTripEveryPool) {
+  TempDir dir;
+  const auto shapes = store_test::TierShapes();
+  auto tier = OpenTier(OptionsFor(dir.path() + "/db", shapes));
+  for (std::size_t p = 0; p < shapes.size(); ++p) {
+    const TierPoolId pool{static_cast<std::int32_t>(p)};
+    const KvPoolLayout layout = LayoutOf(shapes[p].geometry);
+    TestPool src(layout, 6, shapes[p].pool_scale), dst(layout, 6, shapes[p].pool_scale);
+    for (int b = 0; b < 6; ++b) {
+      src.Fill(b, 100 * p + b);
+      ASSERT_TRUE(tier->Put(pool, IdFor(b), src.view(), b, 35).ok()) << shapes[p].name;
+    }
+    for (int b = 0; b < 6; ++b) {
+      ASSERT_TRUE(tier->Contains(pool, IdFor(b)));
+      ASSERT_TRUE(tier->Get(pool, IdFor(b), dst.view(), 5 - b).ok()) << shapes[p].name;
+      EXPECT_EQ(dst.Snapshot(5 - b), src.Expected(100 * p + b)) << shapes[p].name << " " << b;
+    }
+    // GetBundle gives exactly the encoded bundle.
+    std::vector<std::byte> want(tier->Codec(pool)->bundle_bytes());
+    ASSERT_TRUE(tier->Codec(pool)->Encode(src.view(), 2, IdFor(2), want).ok());
+    auto got = tier->GetBundle(pool, IdFor(2));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), want.size());
+    EXPECT_EQ(std::memcmp(got->data(), want.data(), want.size()), 0);
+  }
+  EXPECT_TRUE(tier->Get(kPool, IdFor(99), TestPool(LayoutOf(shapes[0].geometry), 1, 1).view(), 0)
+                  .IsNotFound());
+  const TierStats st = tier->stats();
+  EXPECT_EQ(st.puts, 24);
+  EXPECT_EQ(st.entries, 24);
+  EXPECT_EQ(st.hits, 24 + 4);
+  EXPECT_EQ(st.misses, 1);
+  EXPECT_FALSE(st.disabled);
+}
+
+TEST(RocksDbTier, WarmRestartFindsBlocksAgain) {
+  TempDir dir;
+  const auto o = OptionsFor(dir.path() + "/db", {Small()});
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  TestPool src(layout, 20, 1.0f), dst(layout, 1, 1.0f);
+  std::int64_t used = 0;
+  {
+    auto tier = OpenTier(o);
+    for (int b = 0; b < 20; ++b) {
+      src.Fill(b, 500 + b);
+      ASSERT_TRUE(tier->Put(kPool, IdFor(b), src.view(), b, 35).ok());
+    }
+    ASSERT_TRUE(tier->Erase(kPool, IdFor(3)).ok());
+    used = tier->stats().used_bytes;
+  }  // clean close
+  auto tier = OpenTier(o);
+  EXPECT_EQ(tier->stats().entries, 19);
+  EXPECT_EQ(tier->stats().used_bytes, used);
+  for (int b = 0; b < 20; ++b) {
+    if (b == 3) {
+      EXPECT_FALSE(tier->Contains(kPool, IdFor(b)));
+      continue;
+    }
+    ASSERT_TRUE(tier->Get(kPool, IdFor(b), dst.view(), 0).ok()) << b;
+    EXPECT_EQ(dst.Snapshot(0), src.Expected(500 + b));
+  }
+}
+
+TEST(RocksDbTier, RestartWithAnotherGeometryDoesNotReadOldBlocks) {
+  TempDir dir;
+  const std::string path = dir.path() + "/db";
+  const Shape nvfp4 = store_test::TierShapes()[2];
+  const KvPoolLayout layout = LayoutOf(nvfp4.geometry);
+  TestPool src(layout, 1, nvfp4.pool_scale);
+  src.Fill(0, 1);
+  {
+    auto tier = OpenTier(OptionsFor(path, {nvfp4}));
+    ASSERT_TRUE(tier->Put(kPool, IdFor(1), src.view(), 0, 35).ok());
+  }
+  const auto old_fp = FingerprintOf(layout, nvfp4.pool_scale);
+  Shape rescaled = nvfp4;
+  rescaled.pool_scale = 5.0f;  // another NVFP4 global scale: old blocks are not interchangeable
+  Shape other = nvfp4;
+  other.geometry.tokens_per_block = 32;
+  for (const Shape& s : {rescaled, other}) {
+    auto tier = OpenTier(OptionsFor(path, {s}));
+    EXPECT_FALSE(tier->Contains(kPool, IdFor(1))) << s.name;
+    EXPECT_EQ(tier->stats().entries, 0);
+  }
+  std::vector<std::string> names;
+  ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &names).ok());
+  EXPECT_EQ(
+      std::count(names.begin(), names.end(), RocksDbTier::DataColumnFamilyName(kPool, old_fp)), 0)
+      << "the stale family was not dropped";
+}
+
+TEST(RocksDbTier, CapacityAndEvictionOrderAlsoAfterRestart) {
+  TempDir dir;
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  auto codec = BundleCodec::Create(layout, 1.0f);
+  ASSERT_TRUE(codec.ok());
+  const auto o = OptionsFor(dir.path() + "/db", {Small()}, 4 * codec->bundle_bytes());
+  TestPool src(layout, 1, 1.0f), dst(layout, 1, 1.0f);
+  src.Fill(0, 1);
+  {
+    auto tier = OpenTier(o);
+    auto put = [&](int i, int prio) {
+      ASSERT_TRUE(tier->Put(kPool, IdFor(i), src.view(), 0, prio).ok()) << i;
+    };
+    put(0, 35);
+    put(1, 35);
+    put(2, 10);
+    put(3, 50);
+    ASSERT_TRUE(tier->Get(kPool, IdFor(0), dst.view(), 0).ok());
+    put(4, 35);  // evicts 2 (lowest priority)
+    EXPECT_FALSE(tier->Contains(kPool, IdFor(2)));
+    put(5, 35);  // evicts 1 (least recently used at 35)
+    EXPECT_FALSE(tier->Contains(kPool, IdFor(1)));
+    EXPECT_TRUE(tier->Contains(kPool, IdFor(0)));
+    // 0 used again: its last use (kept in memory) is written at close.
+    ASSERT_TRUE(tier->Get(kPool, IdFor(0), dst.view(), 0).ok());
+    EXPECT_EQ(tier->stats().evictions, 2);
+    EXPECT_EQ(tier->stats().used_bytes, 4 * codec->bundle_bytes());
+  }
+  auto tier = OpenTier(o);
+  EXPECT_EQ(tier->stats().entries, 4);
+  ASSERT_TRUE(tier->Put(kPool, IdFor(6), src.view(), 0, 35).ok());  // evicts 4, not 0
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(4)));
+  for (int i : {0, 3, 5, 6}) EXPECT_TRUE(tier->Contains(kPool, IdFor(i))) << i;
+
+  auto tiny = OptionsFor(dir.path() + "/tiny", {Small()}, codec->bundle_bytes() - 1);
+  auto small_tier = OpenTier(tiny);
+  EXPECT_TRUE(small_tier->Put(kPool, IdFor(1), src.view(), 0, 35).IsResourceExhausted());
+}
+
+TEST(RocksDbTier, CorruptValuesAreDeletedCountedAndNeverServed) {
+  TempDir dir;
+  const std::string path = dir.path() + "/db";
+  const Shape s = store_test::TierShapes()[3];  // MLA + FP4 indexer, fp8 per tensor
+  const KvPoolLayout layout = LayoutOf(s.geometry);
+  const auto o = OptionsFor(path, {s});
+  TestPool src(layout, 6, s.pool_scale), dst(layout, 1, s.pool_scale);
+  for (int i = 0; i < 6; ++i) src.Fill(i, 40 + i);
+  {
+    auto tier = OpenTier(o);
+    for (int i = 0; i < 6; ++i) ASSERT_TRUE(tier->Put(kPool, IdFor(i), src.view(), i, 35).ok());
+  }
+  const auto fp = FingerprintOf(layout, s.pool_scale);
+  const std::string data_cf = RocksDbTier::DataColumnFamilyName(kPool, fp);
+  const std::string meta_cf = RocksDbTier::MetaColumnFamilyName(kPool, fp);
+  {
+    RawDb raw(path);
+    raw.Put(data_cf, IdFor(0), "garbage");
+    std::string v1 = raw.Get(data_cf, IdFor(1));
+    raw.Put(data_cf, IdFor(1), v1.substr(0, v1.size() / 2));  // truncated
+    std::string v2 = raw.Get(data_cf, IdFor(2));
+    v2[v2.size() / 2] ^= 0x04;  // one flipped bit in the payload
+    raw.Put(data_cf, IdFor(2), v2);
+    raw.Put(data_cf, IdFor(3), raw.Get(data_cf, IdFor(4)));  // a valid bundle of another block
+    raw.Put(meta_cf, IdFor(5), "bad");                       // a malformed index record
+  }
+  {
+    auto tier = OpenTier(o);
+    EXPECT_EQ(tier->stats().corrupt, 1) << "the malformed index record";
+    EXPECT_FALSE(tier->Contains(kPool, IdFor(5)));
+    for (int i = 0; i < 4; ++i) {
+      dst.FillByte(0, 0xC3);
+      const auto before = dst.Snapshot(0);
+      const Status st = tier->Get(kPool, IdFor(i), dst.view(), 0);
+      EXPECT_TRUE(st.IsCorruption()) << i << ": " << st;
+      EXPECT_EQ(dst.Snapshot(0), before) << "destination written from a corrupt value " << i;
+      EXPECT_FALSE(tier->Contains(kPool, IdFor(i)));
+      EXPECT_TRUE(tier->Get(kPool, IdFor(i), dst.view(), 0).IsNotFound());
+    }
+    ASSERT_TRUE(tier->Get(kPool, IdFor(4), dst.view(), 0).ok());
+    EXPECT_EQ(dst.Snapshot(0), src.Expected(44));
+    const TierStats st = tier->stats();
+    EXPECT_EQ(st.corrupt, 5);
+    EXPECT_EQ(st.hits, 1);
+    EXPECT_EQ(st.entries, 1);
+    EXPECT_FALSE(st.disabled);
+  }
+  RawDb raw(path);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(raw.Has(data_cf, IdFor(i)), i == 4) << i;
+    EXPECT_EQ(raw.Has(meta_cf, IdFor(i)), i == 4) << i;
+  }
+}
+
+TEST(RocksDbTier, ReadErrorDisablesTheTier) {
+  TempDir dir;
+  store_test::FaultInjectionEnv fault;
+  auto o = OptionsFor(dir.path() + "/db", {Small()});
+  o.env = fault.env.get();
+  o.block_cache_bytes = 0;
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  TestPool src(layout, 3, 1.0f), dst(layout, 1, 1.0f);
+  {
+    auto tier = OpenTier(o);
+    for (int i = 0; i < 3; ++i) {
+      src.Fill(i, i);
+      ASSERT_TRUE(tier->Put(kPool, IdFor(i), src.view(), i, 35).ok());
+    }
+    ASSERT_TRUE(tier->Flush().ok());
+    fault.fs->FailReads(true);
+    dst.FillByte(0, 0x42);
+    const auto before = dst.Snapshot(0);
+    const Status st = tier->Get(kPool, IdFor(0), dst.view(), 0);
+    EXPECT_EQ(st.code(), StatusCode::kIoError) << st;
+    EXPECT_EQ(dst.Snapshot(0), before);
+    fault.fs->FailReads(false);  // the disk came back: the tier does not guess
+    EXPECT_TRUE(tier->disabled());
+    const TierStats s = tier->stats();
+    EXPECT_TRUE(s.disabled);
+    EXPECT_GE(s.io_errors, 1);
+    EXPECT_EQ(s.corrupt, 0);
+    EXPECT_EQ(tier->Get(kPool, IdFor(1), dst.view(), 0).code(), StatusCode::kIoError);
+    EXPECT_EQ(tier->Put(kPool, IdFor(7), src.view(), 0, 35).code(), StatusCode::kIoError);
+    EXPECT_EQ(tier->Erase(kPool, IdFor(1)).code(), StatusCode::kIoError);
+    EXPECT_EQ(tier->Flush().code(), StatusCode::kIoError);
+    EXPECT_FALSE(tier->Contains(kPool, IdFor(1)));
+  }
+  // Reopening is the way back; the blocks are intact.
+  auto tier = OpenTier(o);
+  EXPECT_FALSE(tier->disabled());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(tier->Get(kPool, IdFor(i), dst.view(), 0).ok()) << i;
+    EXPECT_EQ(dst.Snapshot(0), src.Expected(i));
+  }
+}
+
+TEST(RocksDbTier, WriteErrorDisablesTheTier) {
+  TempDir dir;
+  store_test::FaultInjectionEnv fault;
+  auto o = OptionsFor(dir.path() + "/db", {Small()});
+  o.env = fault.env.get();
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  TestPool src(layout, 1, 1.0f), dst(layout, 1, 1.0f);
+  src.Fill(0, 3);
+  {
+    auto tier = OpenTier(o);
+    ASSERT_TRUE(tier->Put(kPool, IdFor(0), src.view(), 0, 35).ok());
+    ASSERT_TRUE(tier->Flush().ok());
+    fault.fs->FailWrites(true);
+    ASSERT_TRUE(tier->Put(kPool, IdFor(1), src.view(), 0, 35).ok());  // in the memtable
+    EXPECT_EQ(tier->Flush().code(), StatusCode::kIoError);
+    EXPECT_TRUE(tier->stats().disabled);
+    EXPECT_EQ(tier->Put(kPool, IdFor(2), src.view(), 0, 35).code(), StatusCode::kIoError);
+    fault.fs->FailWrites(false);
+  }
+  auto tier = OpenTier(o);
+  ASSERT_TRUE(tier->Get(kPool, IdFor(0), dst.view(), 0).ok());
+  EXPECT_EQ(dst.Snapshot(0), src.Expected(3));
+  // Block 1 was acknowledged only to the memtable: absent or intact, never corrupt.
+  const Status st = tier->Get(kPool, IdFor(1), dst.view(), 0);
+  EXPECT_TRUE(st.ok() || st.IsNotFound()) << st;
+  EXPECT_EQ(tier->stats().corrupt, 0);
+}
+
+TEST(RocksDbTier, PutBundleVerifiesFirstAndEraseRemoves) {
+  TempDir dir;
+  auto tier = OpenTier(OptionsFor(dir.path() + "/db", {Small()}));
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  const BundleCodec& codec = *tier->Codec(kPool);
+  TestPool src(layout, 1, 1.0f), dst(layout, 1, 1.0f);
+  src.Fill(0, 8);
+  std::vector<std::byte> bundle(codec.bundle_bytes());
+  ASSERT_TRUE(codec.Encode(src.view(), 0, IdFor(1), bundle).ok());
+  EXPECT_TRUE(tier->PutBundle(kPool, IdFor(2), bundle, 35).IsCorruption());
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(2)));
+  ASSERT_TRUE(tier->PutBundle(kPool, IdFor(1), bundle, 35).ok());
+  ASSERT_TRUE(tier->PutBundle(kPool, IdFor(1), bundle, 35).ok());
+  EXPECT_EQ(tier->stats().put_present, 1);
+  ASSERT_TRUE(tier->Get(kPool, IdFor(1), dst.view(), 0).ok());
+  EXPECT_EQ(dst.Snapshot(0), src.Expected(8));
+  ASSERT_TRUE(tier->Erase(kPool, IdFor(1)).ok());
+  EXPECT_TRUE(tier->Erase(kPool, IdFor(1)).IsNotFound());
+  EXPECT_TRUE(tier->Get(kPool, IdFor(1), dst.view(), 0).IsNotFound());
+  EXPECT_EQ(tier->stats().used_bytes, 0);
+  EXPECT_TRUE(tier->Put(TierPoolId{3}, IdFor(1), src.view(), 0, 35).IsInvalidArgument());
+  EXPECT_TRUE(tier->Put(kPool, IdFor(1), src.view(), 0, 101).IsInvalidArgument());
+}
+
+TEST(RocksDbTier, BlobFilesAndDirectIo) {
+  for (bool blobs : {false, true}) {
+    for (bool direct : {false, true}) {
+      TempDir dir;
+      auto o = OptionsFor(dir.path() + "/db", {Small()});
+      o.enable_blob_files = blobs;
+      o.use_direct_io = direct;
+      const KvPoolLayout layout = LayoutOf(Small().geometry);
+      TestPool src(layout, 4, 1.0f), dst(layout, 1, 1.0f);
+      {
+        auto opened = RocksDbTier::Open(o);
+        if (!opened.ok() && direct) {
+          GTEST_LOG_(INFO) << "direct I/O unavailable here: " << opened.status();
+          continue;
+        }
+        ASSERT_TRUE(opened.ok()) << opened.status();
+        for (int i = 0; i < 4; ++i) {
+          src.Fill(i, 70 + i);
+          ASSERT_TRUE((*opened)->Put(kPool, IdFor(i), src.view(), i, 35).ok());
+        }
+        ASSERT_TRUE((*opened)->Flush().ok());
+      }
+      auto tier = OpenTier(o);
+      for (int i = 0; i < 4; ++i) {
+        ASSERT_TRUE(tier->Get(kPool, IdFor(i), dst.view(), 0).ok()) << blobs << direct << i;
+        EXPECT_EQ(dst.Snapshot(0), src.Expected(70 + i));
+      }
+    }
+  }
+}
+
+TEST(RocksDbTier, OpenRejectsBadOptions) {
+  TempDir dir;
+  auto o = OptionsFor(dir.path() + "/db", {Small()});
+  o.capacity_bytes = 0;
+  EXPECT_TRUE(RocksDbTier::Open(o).status().IsInvalidArgument());
+  o = OptionsFor("", {Small()});
+  EXPECT_TRUE(RocksDbTier::Open(o).status().IsInvalidArgument());
+  o = OptionsFor(dir.path() + "/db", {Small(), Small()});
+  o.pools[1].id = o.pools[0].id;
+  EXPECT_TRUE(RocksDbTier::Open(o).status().IsInvalidArgument());
+  o = OptionsFor(dir.path() + "/db", {});
+  EXPECT_TRUE(RocksDbTier::Open(o).status().IsInvalidArgument());
+}
+
+}  // namespace
+}  // namespace kvmesh
