@@ -1,0 +1,21 @@
+// kvctl: the operator's tool. One subcommand per file (cli/<name>_command.{h,cc}), registered
+// below; see cli/command.h for how commands report errors and docs/kvctl.md for every command.
+#include <CLI/CLI.hpp>
+
+#include "cli/command.h"
+#include "cli/layout_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvctl: inspect and control kvmesh KV-cache pools", "kvctl"};
+  app.require_subcommand(1);
+  kvmesh::cli::CommandOutcome outcome;
+
+  kvmesh::cli::RegisterLayoutCommand(app, outcome);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return kvmesh::cli::ReportParseError(app, e);
+  }
+  return kvmesh::cli::ReportOutcome(outcome.status());
+}
