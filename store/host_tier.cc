@@ -112,7 +112,7 @@ const BundleCodec* HostTier::Codec(TierPoolId pool) const {
 
 void HostTier::MakeEvictable(Shard& shard, std::int32_t slot) {
   Slot& s = shard.slots[slot];
-  KVMESH_DCHECK(!s.in_lru);
+  KVMESH_CHECK(!s.in_lru && s.state == SlotState::kReady);
   auto& list = shard.lru[s.priority];
   s.lru_pos = list.insert(list.end(), slot);
   s.in_lru = true;
@@ -293,13 +293,12 @@ Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst
     Slot& s = shard->slots[slot];
     --s.pins;
     if (!st.ok() && !s.erase_pending) {
-      EraseSlot(*shard, slot);
+      EraseSlot(*shard, slot);  // frees it now if no other reader holds it
       erased_now = true;
-    }
-    if (s.pins == 0) {
+    } else if (s.pins == 0) {
       if (s.erase_pending) {
         FreeSlot(*shard, slot);
-      } else if (!s.in_lru) {
+      } else {
         MakeEvictable(*shard, slot);  // most recently used
       }
     }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "store/rocksdb_tier.h"
@@ -222,9 +223,18 @@ TEST(HostTier, CorruptSlotIsDetectedErasedAndNeverServed) {
   EXPECT_EQ(st.corrupt, 4);
   EXPECT_EQ(st.hits, 0);
   EXPECT_EQ(st.entries, 0);
-  // The slots are reusable.
-  for (int i = 0; i < 8; ++i) ASSERT_TRUE(tier->Put(kPool, IdFor(10 + i), src.view(), 0, 35).ok());
-  EXPECT_EQ(tier->stats().evictions, 0);
+  // The slots are free again, exactly once each: 8 puts fill the tier without evicting, 8 more
+  // evict the first 8, and every block held reads back as itself.
+  for (int i = 0; i < 16; ++i) {
+    src.Fill(0, 100 + i);
+    ASSERT_TRUE(tier->Put(kPool, IdFor(100 + i), src.view(), 0, 35).ok());
+    EXPECT_EQ(tier->stats().evictions, std::max(0, i - 7)) << i;
+  }
+  EXPECT_EQ(tier->stats().entries, 8);
+  for (int i = 8; i < 16; ++i) {
+    ASSERT_TRUE(tier->Get(kPool, IdFor(100 + i), dst.view(), 0).ok()) << i;
+    EXPECT_EQ(dst.Snapshot(0), src.Expected(100 + i));
+  }
 }
 
 TEST(HostTier, PutBundleVerifiesFirst) {
