@@ -78,48 +78,9 @@ void ExpectMatchesReference(const DecodeCase& c, ThreadPool* executor) {
   EXPECT_LE(e.max_lse_error, tol.lse);
 }
 
-// A representative grid: every value of every dimension appears, not the full product.
-std::vector<DecodeCase> SweepCases() {
-  const KvDtype dtypes[] = {KvDtype::kBF16,         KvDtype::kFP16, KvDtype::kFP8,
-                            KvDtype::kFP8PerTensor, KvDtype::kINT8, KvDtype::kNVFP4};
-  const KvLayout layouts[] = {KvLayout::kHND, KvLayout::kNHD};
-  const int head_dims[] = {64, 128, 256};
-  const int heads[][2] = {{4, 4}, {2, 8}, {1, 8}};  // groups 1 (MHA), 4 (GQA), 8 (MQA)
-  const int tpbs[] = {16, 32, 64, 128};
-  const int windows[] = {0, 0, 37};
-  const ActDtype q_dtypes[] = {ActDtype::kBF16, ActDtype::kFP32, ActDtype::kFP16};
-  const ActDtype out_dtypes[] = {ActDtype::kFP32, ActDtype::kBF16};
-  const int splits[] = {0, 1, 5};
-  std::vector<DecodeCase> cases;
-  for (int di = 0; di < 6; ++di) {
-    for (int li = 0; li < 2; ++li) {
-      for (int v = 0; v < 3; ++v) {
-        const int i = di * 6 + li * 3 + v;
-        DecodeCase c;
-        c.dtype = dtypes[di];
-        c.layout = layouts[li];
-        c.head_dim = head_dims[(v + li + di) % 3];
-        c.num_kv_heads = heads[(v + di) % 3][0];
-        c.num_q_heads = heads[(v + di) % 3][1];
-        c.tokens_per_block = tpbs[i % 4];
-        c.q_len = 1 + (i * 3) % 8;
-        c.window = windows[(v + li + di / 2) % 3];
-        c.q_dtype = q_dtypes[(i / 2) % 3];
-        c.out_dtype = out_dtypes[(v + di) % 2];
-        c.num_splits = splits[(i + 1) % 3];
-        c.kv_lens = {1, 3, 7, 17, 65, 128, 1100};
-        for (int& len : c.kv_lens) len = std::max(len, c.q_len);
-        c.seed = 100 + i;
-        cases.push_back(c);
-      }
-    }
-  }
-  return cases;
-}
-
 TEST(DecodeAttentionSweep, GridCoversEveryValue) {
   std::set<int> dims, groups, tpbs, q_lens, windows, q_dtypes, out_dtypes, splits, dtype_layouts;
-  for (const DecodeCase& c : SweepCases()) {
+  for (const DecodeCase& c : testing::DecodeSweepCases()) {
     dims.insert(c.head_dim);
     groups.insert(c.num_q_heads / c.num_kv_heads);
     tpbs.insert(c.tokens_per_block);
@@ -144,7 +105,7 @@ TEST(DecodeAttentionSweep, GridCoversEveryValue) {
 TEST(DecodeAttentionSweep, MatchesFloat64Reference) {
   ThreadPool pool(2);
   int i = 0;
-  for (const DecodeCase& c : SweepCases()) {
+  for (const DecodeCase& c : testing::DecodeSweepCases()) {
     ExpectMatchesReference(c, i++ % 2 == 0 ? &pool : nullptr);
   }
 }

@@ -53,44 +53,9 @@ RunResult RunCpu(const MlaProblem& p, ThreadPool* executor, int num_splits_overr
   return r;
 }
 
-std::vector<MlaCase> SweepCases() {
-  const KvDtype dtypes[] = {KvDtype::kBF16, KvDtype::kFP8, KvDtype::kFP8PerTensor};
-  const KvLayout layouts[] = {KvLayout::kHND, KvLayout::kNHD};
-  const int heads[] = {1, 16, 20, 128};
-  const int tpbs[] = {16, 32, 64, 128};
-  const ActDtype q_dtypes[] = {ActDtype::kBF16, ActDtype::kFP32, ActDtype::kFP16};
-  const ActDtype out_dtypes[] = {ActDtype::kFP32, ActDtype::kBF16};
-  const int splits[] = {0, 1, 3};
-  std::vector<MlaCase> cases;
-  int small = 0;  // cases with fewer than 128 heads, which take every q_len
-  for (int di = 0; di < 3; ++di) {
-    for (int li = 0; li < 2; ++li) {
-      for (int v = 0; v < 2; ++v) {
-        const int i = di * 4 + li * 2 + v;
-        MlaCase c;
-        c.dtype = dtypes[di];
-        c.layout = layouts[li];
-        c.num_heads = heads[(i + di) % 4];
-        c.tokens_per_block = tpbs[i % 4];
-        // 128 heads × 8 query tokens is 1024 rows: keep the reference quick with fewer tokens.
-        c.q_len = c.num_heads == 128 ? 1 + i % 2 : 1 + (small++ * 3) % 8;
-        c.q_dtype = q_dtypes[i % 3];
-        c.out_dtype = out_dtypes[(v + di) % 2];
-        c.num_splits = splits[i % 3];
-        c.kv_lens = c.num_heads == 128 ? std::vector<int>{3, 65, 300}
-                                       : std::vector<int>{1, 3, 7, 17, 65, 700};
-        for (int& len : c.kv_lens) len = std::max(len, c.q_len);
-        c.seed = 300 + i;
-        cases.push_back(c);
-      }
-    }
-  }
-  return cases;
-}
-
 TEST(MlaDecodeSweep, GridCoversEveryValue) {
   std::set<int> heads, tpbs, q_lens, q_dtypes, out_dtypes, splits, dtype_layouts;
-  for (const MlaCase& c : SweepCases()) {
+  for (const MlaCase& c : testing::MlaSweepCases()) {
     heads.insert(c.num_heads);
     tpbs.insert(c.tokens_per_block);
     q_lens.insert(c.q_len);
@@ -111,7 +76,7 @@ TEST(MlaDecodeSweep, GridCoversEveryValue) {
 TEST(MlaDecodeSweep, MatchesFloat64Reference) {
   ThreadPool pool(2);
   int i = 0;
-  for (const MlaCase& c : SweepCases()) {
+  for (const MlaCase& c : testing::MlaSweepCases()) {
     SCOPED_TRACE(c.Name());
     const MlaProblem p(c);
     const RunResult r = RunCpu(p, i++ % 2 == 0 ? &pool : nullptr);
