@@ -1,0 +1,184 @@
+// BlockCache: the ledger under the block manager — which block of which pool is free, private to
+// a sequence, or cached in the prefix tree; who pins it; which one goes next when a pool is full.
+// Internal to pool/: BlockManager (block_manager.h) is the thread-safe API on top.
+//
+// Block states, per pool block:
+//
+//   state     in tree  pins  in an eviction policy          leaves the state when
+//   free      no       0     no                             Allocate -> private (pins 1)
+//   private   no       >= 1  no                             Store -> cached; last Unpin -> free;
+//                                                           (Claim gives a cached block back as
+//                                                           private)
+//   cached    yes      >= 1  no                             last Unpin -> cached, pins 0
+//   cached    yes      0     window pool: always;           Pin -> pins >= 1; eviction -> free;
+//                            full pools: when its node is   Claim -> private
+//                            a leaf (see below)
+//
+// Pools: a full-attention pool (window 0) needs a block for every block of a reused prefix; a
+// sliding-window pool only for the blocks inside the window at the end of the reused prefix.
+// Every node of a tree with full pools has a block in each full pool; a window pool's block of a
+// node may be missing (released before it was stored, or evicted on its own).
+//
+// Eviction rule (no unreachable block keeps memory; priorities honoured as far as the tree
+// allows):
+//   - Full pools evict whole nodes, and only leaves: a node goes with all its blocks (every pool)
+//     when it is an unpinned leaf; its parent then becomes a leaf and a candidate with its own,
+//     older, use stamp. Priority inversion: a parent never goes before its cached children, even
+//     when the children have a higher priority — a child without its parent could never be
+//     reused. One policy orders the candidate nodes for all full pools together.
+//   - A window pool evicts any unpinned block of its own, leaf or not: a node without its window
+//     block still serves longer prefixes. A node left with no block and no child is removed.
+//   A node is "removable" when nothing in its subtree is pinned; for a full pool, free blocks +
+//   removable nodes is exactly how many blocks eviction can supply (Available()). For a window
+//   pool, it is free blocks + unpinned cached blocks of that pool.
+//
+// Use stamps are a logical clock (++ each time a cached block's pins drop to 0); the injected wall
+// clock only drives retention expiry (ProcessExpiries). Events are appended to pending_events()
+// and the eviction listener is called synchronously (eviction_listener.h).
+//
+// Thread safety: externally synchronised (the block manager's mutex).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "pool/block_allocator.h"
+#include "pool/eviction_listener.h"
+#include "pool/eviction_policy.h"
+#include "pool/kv_events.h"
+#include "pool/prefix_tree.h"
+
+namespace kvmesh {
+
+struct CachePoolParams {
+  std::int64_t num_blocks = 0;     // or kUnlimitedBlocks
+  std::int32_t window_tokens = 0;  // 0 = full attention
+};
+
+struct CachePoolCounters {
+  std::uint64_t allocated_blocks = 0;
+  std::uint64_t stored_blocks = 0;
+  std::uint64_t evicted_blocks = 0;
+  std::uint64_t claimed_blocks = 0;
+  std::array<std::int64_t, kMaxPriority + 1> cached_by_priority{};
+};
+
+class BlockCache {
+ public:
+  BlockCache(std::int32_t tokens_per_block, std::vector<CachePoolParams> pools,
+             EvictionPolicyKind policy, const ContentId& namespace_digest, std::uint64_t hash_seed);
+
+  PrefixTree& tree() { return tree_; }
+  const PrefixTree& tree() const { return tree_; }
+  int num_pools() const { return static_cast<int>(pools_.size()); }
+  std::int32_t window(int p) const { return pools_[p].params.window_tokens; }
+  bool is_window(int p) const { return window(p) > 0; }
+  bool has_full_pools() const { return has_full_pools_; }
+  EvictionPolicyKind policy_kind() const { return policy_kind_; }
+
+  void set_listener(EvictionListener* listener) { listener_ = listener; }
+  std::vector<KvEvent>& pending_events() { return pending_events_; }
+
+  // --- capacity
+  bool unlimited(int p) const { return pools_[p].allocator.unlimited(); }
+  std::int64_t num_blocks(int p) const { return pools_[p].allocator.num_blocks(); }
+  std::int64_t free_blocks(int p) const { return pools_[p].allocator.num_free(); }
+  // Cached blocks eviction could free now or after evicting their descendants.
+  std::int64_t evictable_blocks(int p) const;
+  // How many Allocate(p) calls can succeed in a row (INT64_MAX when unlimited).
+  std::int64_t Available(int p) const;
+  std::int64_t cached_blocks(int p) const { return pools_[p].num_cached; }
+  std::int64_t pinned_blocks(int p) const { return pools_[p].num_pinned; }
+  std::int64_t allocated_blocks(int p) const { return pools_[p].allocator.num_allocated(); }
+  const CachePoolCounters& counters(int p) const { return pools_[p].counters; }
+
+  // --- blocks
+  // A private block with one pin (the caller's), evicting as the rules above say.
+  // REQUIRES: Available(p) > 0.
+  BlockId Allocate(int p);
+  void Pin(int p, BlockId b);
+  // Drops one pin. A private block is freed at 0 pins; a cached one becomes evictable.
+  void Unpin(int p, BlockId b);
+  std::uint32_t pins(int p, BlockId b) const { return pools_[p].slots[b.value].pins; }
+  bool allocated(int p, BlockId b) const {
+    return b.valid() && b.value < static_cast<std::int64_t>(pools_[p].slots.size()) &&
+           pools_[p].slots[b.value].allocated;
+  }
+  // The node caching this block, or kNoNode for a private (or free) block.
+  NodeRef node_of(int p, BlockId b) const { return pools_[p].slots[b.value].node; }
+
+  // --- tree
+  // Caches the caller's private blocks (one per pool, kNoBlock where none) as a new child of
+  // `parent`. The caller's pins stay. Emits one stored event per block.
+  // REQUIRES: no such child; at least one block; each given block private with pins >= 1.
+  // key_hash: tree().KeyHash(parent, tokens, mm).
+  NodeRef Store(NodeRef parent, std::span<const Token> tokens, std::span<const BlockMmRef> mm,
+                std::uint64_t key_hash, std::span<const BlockId> blocks, int priority,
+                std::int64_t expiry_ns);
+  // A non-root leaf without pins and with a block in every pool.
+  bool CanClaim(NodeRef n) const;
+  // Takes the node out of the tree; its blocks become private to the caller with one pin each
+  // (out[p]). Emits removed events and calls the listener (reason kClaimed). REQUIRES CanClaim.
+  void Claim(NodeRef n, std::span<BlockId> out);
+  void SetRetention(NodeRef n, int priority, std::int64_t expiry_ns);
+  // Priorities whose expiry is <= now_ns fall back to kDefaultPriority.
+  void ProcessExpiries(std::int64_t now_ns);
+
+  // Sum of the pins of every block of pool p (O(blocks); for checks).
+  std::int64_t TotalPins(int p) const;
+
+  // Full consistency check of every counter, index and policy (tests; O(everything)).
+  Status CheckInvariants() const;
+
+ private:
+  struct BlockSlot {
+    std::uint32_t pins = 0;
+    NodeRef node = kNoNode;
+    bool allocated = false;
+  };
+  struct PoolState {
+    CachePoolParams params;
+    BlockAllocator allocator;
+    std::vector<BlockSlot> slots;            // [id_space]
+    std::unique_ptr<EvictionPolicy> policy;  // window pools: their unpinned cached blocks
+    std::int64_t num_cached = 0;
+    std::int64_t num_pinned = 0;  // blocks with pins > 0
+    CachePoolCounters counters;
+  };
+  struct Expiry {
+    std::int64_t at_ns;
+    NodeRef node;
+    std::uint32_t generation;
+  };
+  static bool ExpiryLater(const Expiry& a, const Expiry& b) { return a.at_ns > b.at_ns; }
+
+  BlockSlot& slot(int p, BlockId b) { return pools_[p].slots[b.value]; }
+  void EvictTreeVictim();
+  void EvictWindowVictim(int p);
+  // Drops the node's block in pool p from the cache (listener, event, counters) and frees it.
+  void DropBlock(NodeRef n, int p, EvictionReason reason);
+  // Unlinks a node without blocks, pins or children; then prunes blockless, childless ancestors.
+  void RemoveNode(NodeRef n);
+  void UpdateRemovable(NodeRef n);
+  void UpdateTreeCandidate(NodeRef n);
+  bool WantTreeCandidate(NodeRef n) const;
+  void Emit(KvEventType type, int p, BlockId b, NodeRef n);
+  Status CheckNode(NodeRef n, std::vector<std::int64_t>* cached_by_prio) const;
+
+  PrefixTree tree_;
+  std::vector<PoolState> pools_;
+  EvictionPolicyKind policy_kind_;
+  bool has_full_pools_ = false;
+  std::unique_ptr<EvictionPolicy> tree_policy_;  // leaf nodes, for all full pools
+  std::int64_t num_removable_ = 0;               // removable non-root nodes
+  std::uint64_t stamp_ = 0;
+  std::vector<Expiry> expiries_;  // min-heap on at_ns; stale entries skipped lazily
+  EvictionListener* listener_ = nullptr;
+  std::vector<KvEvent> pending_events_;
+};
+
+}  // namespace kvmesh

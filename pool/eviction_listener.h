@@ -1,0 +1,50 @@
+// EvictionListener: the hook through which the tiers (host DRAM, RocksDB) take a block's bytes
+// before its slot in the primary pool is reused.
+//
+// When it runs: the block manager has chosen the victim (a cached, unpinned block), removed it
+// from the eviction policy and the prefix tree's reach, and has not yet put the block id on the
+// free list or handed it to its new owner. OnEvict is called once per pool block, in the calling
+// thread of the operation that needed space (AddSequence, AppendTokens) or that claimed the block
+// for a partial reuse. The block's bytes in every component are intact for the whole call and may
+// be read (copied) from the pool memory; they are overwritten any time after OnEvict returns.
+//
+// Locks: called with the block manager's mutex held. The listener must not call back into the
+// BlockManager (the mutex is not recursive: that deadlocks) and should return promptly — every
+// other manager call waits for it. A listener that needs longer should copy the bytes to its own
+// staging memory and finish the work elsewhere. It must not throw.
+//
+// Thread safety: called from whichever thread runs the manager call; never concurrently with
+// itself (the mutex serialises calls).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "common/content_id.h"
+#include "pool/block_ids.h"
+
+namespace kvmesh {
+
+enum class EvictionReason : std::uint8_t {
+  kEvicted = 0,  // chosen by the eviction policy to make room
+  kClaimed = 1,  // an unused leaf taken over by a sequence for copy-free partial reuse
+};
+std::string_view EvictionReasonName(EvictionReason reason);  // "evicted", "claimed"
+
+struct EvictedBlock {
+  PoolId pool;
+  BlockId block;
+  ContentId content_id;
+  ContentId parent_id;
+  std::int32_t priority = 0;
+  std::int32_t num_tokens = 0;
+  EvictionReason reason = EvictionReason::kEvicted;
+};
+
+class EvictionListener {
+ public:
+  virtual ~EvictionListener() = default;
+  virtual void OnEvict(const EvictedBlock& block) = 0;
+};
+
+}  // namespace kvmesh
