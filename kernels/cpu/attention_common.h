@@ -69,23 +69,55 @@ struct SoftmaxRows {
 // Keys per tile of the CPU kernels.
 inline constexpr int kKeyTile = 16;
 
-// scores[t] = q · key t for a tile of keys stored transposed, keys_t[d * kKeyTile + t], so the loop
-// vectorises over keys (no horizontal reduction).
-template <int D>
-void TileScores(const float* q, const float* keys_t, float* scores) {
-  float s[kKeyTile] = {};
-  for (int d = 0; d < D; ++d) {
-    const float qd = q[d];
-    const float* k = keys_t + d * kKeyTile;
-    for (int t = 0; t < kKeyTile; ++t) s[t] += qd * k[t];
-  }
-  std::memcpy(scores, s, sizeof(s));
+// Four floats as one value (GCC/Clang vector extension: one SSE or NEON register); lane-wise IEEE
+// operations, like scalar code.
+typedef float Float4 __attribute__((vector_size(16)));
+
+inline Float4 LoadFloat4(const float* p) {
+  Float4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
 }
 
-// acc[0, D) += p * v[0, D).
+// q · k over D dims (a multiple of 16), with 16 independent partial sums in four vector
+// accumulators, so the loop is neither scalar nor bound by the latency of one chain of additions;
+// the partial sums are added pairwise at the end. The order of operations is fixed by the code.
 template <int D>
-void AddWeighted(float p, const float* v, float* acc) {
-  for (int d = 0; d < D; ++d) acc[d] += p * v[d];
+float Dot(const float* q, const float* k) {
+  static_assert(D % 16 == 0);
+  Float4 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+  for (int d = 0; d < D; d += 16) {
+    a0 += LoadFloat4(q + d) * LoadFloat4(k + d);
+    a1 += LoadFloat4(q + d + 4) * LoadFloat4(k + d + 4);
+    a2 += LoadFloat4(q + d + 8) * LoadFloat4(k + d + 8);
+    a3 += LoadFloat4(q + d + 12) * LoadFloat4(k + d + 12);
+  }
+  const Float4 a = (a0 + a1) + (a2 + a3);
+  return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+// acc[0, D) += p[t] * values[t][0, D) for t = 0, 1, .., n-1 in that order (skipping p[t] == 0),
+// holding 16 dims of acc in registers across the n keys.
+template <int D>
+void AccumulateValues(const float* p, int n, const float* values, float* acc) {
+  static_assert(D % 16 == 0);
+  for (int d = 0; d < D; d += 16) {
+    Float4 a0 = LoadFloat4(acc + d), a1 = LoadFloat4(acc + d + 4);
+    Float4 a2 = LoadFloat4(acc + d + 8), a3 = LoadFloat4(acc + d + 12);
+    for (int t = 0; t < n; ++t) {
+      if (p[t] == 0.0f) continue;
+      const Float4 w = {p[t], p[t], p[t], p[t]};
+      const float* v = values + std::int64_t{t} * D + d;
+      a0 += w * LoadFloat4(v);
+      a1 += w * LoadFloat4(v + 4);
+      a2 += w * LoadFloat4(v + 8);
+      a3 += w * LoadFloat4(v + 12);
+    }
+    std::memcpy(acc + d, &a0, sizeof(a0));
+    std::memcpy(acc + d + 4, &a1, sizeof(a1));
+    std::memcpy(acc + d + 8, &a2, sizeof(a2));
+    std::memcpy(acc + d + 12, &a3, sizeof(a3));
+  }
 }
 
 // Merges the splits of `layout` (workspace `partial`) into out/lse for rows [0, layout.rows).

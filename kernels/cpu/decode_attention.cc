@@ -3,8 +3,8 @@
 // Work is split into units (sequence, KV head, split), run in parallel on the executor. A unit
 // walks its key range in tiles of kTile keys: it dequantises each K and V row once (KvRowReader,
 // exact quantize.h values) and reuses it for every query row of the GQA group and every query
-// token, computes the tile's scores for all rows (the K tile is stored transposed so the score loop
-// vectorises over keys), runs the online softmax in FP32 and accumulates P·V in FP32. With more
+// token, computes the tile's scores for all rows (Dot: vectorised, 16 partial sums), runs the
+// online softmax in FP32 and accumulates P·V in FP32. With more
 // than one split the units write partial rows to the workspace and CombineSplits merges them.
 #include "kernels/decode_attention.h"
 
@@ -38,13 +38,13 @@ struct DecodePlan {
 
 // Per-thread scratch, grown on first use and reused by every later unit of the thread.
 struct Scratch {
-  std::vector<float> q, acc, m, l, keys_t, values, probs, row;
+  std::vector<float> q, acc, m, l, keys, values, probs, row;
   void Resize(int rows, int width) {
     q.resize(std::size_t(rows) * width);
     acc.resize(std::size_t(rows) * width);
     m.resize(rows);
     l.resize(rows);
-    keys_t.resize(std::size_t(width) * kTile);
+    keys.resize(std::size_t(kTile) * width);
     values.resize(std::size_t(kTile) * width);
     probs.resize(std::size_t(rows) * kTile);
     row.resize(width);
@@ -80,20 +80,19 @@ void RunUnit(const DecodePlan& plan, std::int64_t unit, Scratch& s) {
   int slots[kTile];
   for (std::int32_t t0 = keys.begin; t0 < keys.end; t0 += kTile) {
     const int n = std::min(kTile, keys.end - t0);
-    std::fill(s.keys_t.begin(), s.keys_t.end(), 0.0f);
     for (int t = 0; t < n; ++t) {
       blocks[t] = table[(t0 + t) / plan.tokens_per_block];
       slots[t] = (t0 + t) % plan.tokens_per_block;
-      plan.reader->Read(blocks[t], 0, kv_head, slots[t], s.row.data());
-      for (int d = 0; d < D; ++d) s.keys_t[d * kTile + t] = s.row[d];
+      plan.reader->Read(blocks[t], 0, kv_head, slots[t], &s.keys[t * D]);
     }
     bool any = false;
     for (int r = 0; r < plan.rows; ++r) {
       const std::int32_t query_pos = kv_len - q_len + r / plan.group;
       float* p = &s.probs[r * kTile];
-      TileScores<D>(&s.q[r * D], s.keys_t.data(), p);
       for (int t = 0; t < kTile; ++t) {
-        if (t >= n || !KeyVisible(t0 + t, query_pos, args.sliding_window)) p[t] = kNegInf;
+        p[t] = t < n && KeyVisible(t0 + t, query_pos, args.sliding_window)
+                   ? Dot<D>(&s.q[r * D], &s.keys[t * D])
+                   : kNegInf;
       }
       any |= softmax.AddScores(r, p, kTile);
     }
@@ -102,10 +101,7 @@ void RunUnit(const DecodePlan& plan, std::int64_t unit, Scratch& s) {
       plan.reader->Read(blocks[t], 1, kv_head, slots[t], &s.values[t * D]);
     }
     for (int r = 0; r < plan.rows; ++r) {
-      const float* p = &s.probs[r * kTile];
-      for (int t = 0; t < n; ++t) {
-        if (p[t] != 0.0f) AddWeighted<D>(p[t], &s.values[t * D], &s.acc[r * D]);
-      }
+      AccumulateValues<D>(&s.probs[r * kTile], n, s.values.data(), &s.acc[r * D]);
     }
   }
 

@@ -1,6 +1,7 @@
 #include "kernels/cpu/kv_row_reader.h"
 
 #include <array>
+#include <bit>
 #include <cstring>
 
 #include "kernels/conversions.h"
@@ -19,11 +20,27 @@ const std::array<float, 256>& E4M3Table() {
 }
 
 void ReadBf16(const std::uint8_t* src, int n, float* out) {
-  for (int i = 0; i < n; ++i) {
+  // Bf16ToFloat (a 16-bit shift), eight at a time; n is a multiple of 16 for every head_dim here,
+  // the tail loop covers the rest.
+  typedef std::uint16_t U16x8 __attribute__((vector_size(16)));
+  const U16x8 zero = {};
+  int i = 0;
+  // Interleaving assumes element 0 is the low half of a word; elsewhere the scalar loop runs.
+  const int vector_end = std::endian::native == std::endian::little ? n : 0;
+  for (; i + 8 <= vector_end; i += 8) {
+    U16x8 bits;
+    std::memcpy(&bits, src + 2 * i, sizeof(bits));
+    // Interleaving a zero below each 16-bit pattern gives the 32-bit word bits << 16.
+    const U16x8 lo = __builtin_shufflevector(zero, bits, 0, 8, 1, 9, 2, 10, 3, 11);
+    const U16x8 hi = __builtin_shufflevector(zero, bits, 4, 12, 5, 13, 6, 14, 7, 15);
+    std::memcpy(out + i, &lo, sizeof(lo));
+    std::memcpy(out + i + 4, &hi, sizeof(hi));
+  }
+  for (; i < n; ++i) {
     std::uint16_t bits;
     std::memcpy(&bits, src + 2 * i, 2);
     const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
-    std::memcpy(out + i, &u, 4);  // Bf16ToFloat
+    std::memcpy(out + i, &u, 4);
   }
 }
 

@@ -2,8 +2,8 @@
 //
 // Units (sequence, tile of kRowTile query rows, split) run in parallel on the executor. A unit
 // walks its keys in tiles of kKeyTile: each latent record is dequantised once (KvRowReader) and
-// used as the key (all 576 dims against [q_nope, q_rope]) and as the value (the first 512) for
-// every query row of the tile. Online softmax and accumulation in FP32; splits are merged by
+// used as the key (all 576 dims against [q_nope, q_rope], Dot) and as the value (the first 512)
+// for every query row of the tile. Online softmax and accumulation in FP32; splits are merged by
 // CombineSplits.
 #include "kernels/mla_decode.h"
 
@@ -36,17 +36,30 @@ struct MlaPlan {
 };
 
 struct Scratch {
-  std::vector<float> q, acc, m, l, keys_t, values, probs, record;
+  std::vector<float> q, acc, m, l, keys, probs, record;
   Scratch()
       : q(kRowTile * kRecord),
         acc(kRowTile * kLatent),
         m(kRowTile),
         l(kRowTile),
-        keys_t(kRecord * kKeyTile),
-        values(kKeyTile * kLatent),
+        keys(kKeyTile * kRecord),
         probs(kRowTile * kKeyTile),
         record(kRecord) {}
 };
+
+// acc[0, 512) += p[t] * record t's first 512 dims, t ascending (records are kRecord apart).
+void AccumulateLatent(const float* p, int n, const float* records, float* acc) {
+  for (int t = 0; t < n; ++t) {
+    if (p[t] == 0.0f) continue;
+    const float w = p[t];
+    const float* v = records + std::int64_t{t} * kRecord;
+    for (int d = 0; d < kLatent; d += 4) {
+      Float4 a = LoadFloat4(acc + d);
+      a += Float4{w, w, w, w} * LoadFloat4(v + d);
+      std::memcpy(acc + d, &a, sizeof(a));
+    }
+  }
+}
 
 void RunUnit(const MlaPlan& plan, std::int64_t unit, Scratch& s) {
   const MlaDecodeArgs& args = *plan.args;
@@ -76,25 +89,21 @@ void RunUnit(const MlaPlan& plan, std::int64_t unit, Scratch& s) {
 
   for (std::int32_t t0 = keys.begin; t0 < keys.end; t0 += kKeyTile) {
     const int n = std::min(kKeyTile, keys.end - t0);
-    std::fill(s.keys_t.begin(), s.keys_t.end(), 0.0f);
     for (int t = 0; t < n; ++t) {
       const std::int32_t pos = t0 + t;
-      plan.reader->Read(table[pos / tpb], 0, 0, pos % tpb, s.record.data());
-      for (int d = 0; d < kRecord; ++d) s.keys_t[d * kKeyTile + t] = s.record[d];
-      std::memcpy(&s.values[t * kLatent], s.record.data(), kLatent * sizeof(float));
+      plan.reader->Read(table[pos / tpb], 0, 0, pos % tpb, &s.keys[t * kRecord]);
     }
     for (int r = 0; r < rows; ++r) {
       const std::int32_t query_pos =
           kv_len - args.q_len + static_cast<std::int32_t>((first + r) / args.num_heads);
       float* p = &s.probs[r * kKeyTile];
-      TileScores<kRecord>(&s.q[r * kRecord], s.keys_t.data(), p);
       for (int t = 0; t < kKeyTile; ++t) {
-        if (t >= n || !KeyVisible(t0 + t, query_pos, 0)) p[t] = kNegInf;
+        p[t] = t < n && KeyVisible(t0 + t, query_pos, 0)
+                   ? Dot<kRecord>(&s.q[r * kRecord], &s.keys[t * kRecord])
+                   : kNegInf;
       }
       if (!softmax.AddScores(r, p, kKeyTile)) continue;
-      for (int t = 0; t < n; ++t) {
-        if (p[t] != 0.0f) AddWeighted<kLatent>(p[t], &s.values[t * kLatent], &s.acc[r * kLatent]);
-      }
+      AccumulateLatent(p, n, s.keys.data(), &s.acc[r * kLatent]);
     }
   }
 
