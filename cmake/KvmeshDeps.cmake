@@ -5,7 +5,25 @@
 # nlohmann-json (Hugging Face config.json) are built only when those packages happen to be present.
 find_package(Threads REQUIRED)
 
-if(KVMESH_BUILD_TESTS)
+# KVMESH_GTEST_SOURCE_DIR: a GoogleTest source tree (e.g. a copy of Debian's /usr/src/googletest)
+# built as part of this project instead of find_package(GTest) — for bare CUDA machines without the
+# package (scripts/gpu-check --gtest-source). It provides the same GTest:: targets.
+set(KVMESH_GTEST_SOURCE_DIR "" CACHE PATH "GoogleTest source tree to build instead of find_package(GTest)")
+if(KVMESH_BUILD_TESTS AND KVMESH_GTEST_SOURCE_DIR)
+  set(BUILD_GMOCK ON CACHE BOOL "" FORCE)
+  set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+  # GoogleTest is third-party code: build it without kvmesh's warning flags (-Werror).
+  get_directory_property(kvmesh_saved_compile_options COMPILE_OPTIONS)
+  set_directory_properties(PROPERTIES COMPILE_OPTIONS "")
+  add_subdirectory(${KVMESH_GTEST_SOURCE_DIR} ${CMAKE_BINARY_DIR}/_deps/googletest EXCLUDE_FROM_ALL)
+  set_directory_properties(PROPERTIES COMPILE_OPTIONS "${kvmesh_saved_compile_options}")
+  foreach(lib gtest gtest_main gmock gmock_main)
+    if(NOT TARGET GTest::${lib})  # GoogleTest >= 1.11 defines these aliases itself
+      add_library(GTest::${lib} ALIAS ${lib})
+    endif()
+  endforeach()
+  message(STATUS "kvmesh: GoogleTest built from ${KVMESH_GTEST_SOURCE_DIR}")
+elseif(KVMESH_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()
 

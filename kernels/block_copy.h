@@ -10,8 +10,8 @@
 //
 // Callers own all memory. Offload, onboard, copy-on-partial-reuse and transfer staging call this.
 //
-// Completion: cpu::BlockCopy returns when every byte is written. The CUDA launcher (issue 4)
-// returns after enqueueing on the given stream.
+// Completion: cpu::BlockCopy returns when every byte is written. The CUDA launcher
+// (cuda::LaunchBlockCopy, kernels/block_copy_cuda.h) returns after enqueueing on the given stream.
 //
 // Thread safety: reentrant; concurrent copies must not write the same destination blocks.
 #pragma once
@@ -33,7 +33,9 @@ struct BlockCopyPair {
 struct BlockCopyArgs {
   KvPoolView src;
   KvPoolView dst;
-  const BlockCopyPair* pairs = nullptr;  // [num_pairs]
+  // [num_pairs]; HOST memory for every backend (the CUDA launcher passes them to its kernel by
+  // value, see kernels/block_copy_cuda.h).
+  const BlockCopyPair* pairs = nullptr;
   std::int64_t num_pairs = 0;
   // Tokens [0, num_tokens) of each block; -1 copies whole blocks.
   std::int32_t num_tokens = -1;

@@ -25,51 +25,16 @@ namespace kvmesh {
 namespace {
 
 using testing::AppendBatch;
+using testing::AppendInputs;
 using testing::EncodeActivations;
 using testing::HostPool;
 using testing::MakeAppendBatch;
+using testing::MakeArgs;
+using testing::MakeInputs;
 using testing::MakeInputValues;
 
 const std::vector<int> kTokens = {1, 3, 0, 7, 17, 65};
 const std::vector<int> kStarts = {0, 5, 4, 16, 9, 30};  // mid-block starts; 30 + 65 ends mid-block
-
-// Inputs of one append: values and their encoding, plus the argument struct pointing at them.
-struct AppendInputs {
-  std::vector<float> values[2];
-  std::vector<std::uint8_t> encoded[2];
-  std::int64_t stride = 0;
-};
-
-AppendInputs MakeInputs(const PagedTensorLayout& d, const AppendBatch& b, ActDtype act, bool padded,
-                        std::uint32_t seed) {
-  AppendInputs in;
-  const int row = d.num_heads * d.inner;
-  in.stride = padded ? row + 8 : row;
-  for (int kv = 0; kv < d.kv_factor; ++kv) {
-    in.values[kv] =
-        MakeInputValues(std::int64_t{b.total_tokens()} * d.num_heads, d.inner, seed + 17 * kv);
-    in.encoded[kv] = EncodeActivations(in.values[kv], b.total_tokens(), row, in.stride, act);
-  }
-  return in;
-}
-
-AppendKvArgs MakeArgs(const KvPoolView& view, const AppendBatch& b, const AppendInputs& in,
-                      ActDtype act, int layer, bool padded) {
-  AppendKvArgs a;
-  a.pool = view;
-  a.layer = layer;
-  a.num_seqs = b.num_seqs();
-  a.cu_tokens = b.cu_tokens.data();
-  a.start_pos = b.start_pos.data();
-  a.block_table = b.block_table.data();
-  a.max_blocks_per_seq = b.max_blocks_per_seq;
-  a.act_dtype = act;
-  a.k = in.encoded[0].data();
-  a.v = view.layout.data().kv_factor == 2 ? in.encoded[1].data() : nullptr;
-  a.token_stride = padded ? in.stride : 0;
-  a.total_tokens = b.total_tokens();
-  return a;
-}
 
 // Quantises one row with the head quantiser of the pool's dtype and places its bytes.
 template <typename In>

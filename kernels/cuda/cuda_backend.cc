@@ -1,0 +1,116 @@
+// The CUDA backend: the CUDA launchers on one stream the backend owns, on one device. Plain C++
+// against the CUDA runtime API (no device code here).
+//
+// Every call first makes the backend's device current on the calling thread (cudaSetDevice), so a
+// backend may be driven from any thread (one at a time: it is externally synchronised).
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <utility>
+
+#include "common/strings.h"
+#include "kernels/append_kv_cuda.h"
+#include "kernels/backend.h"
+#include "kernels/block_copy_cuda.h"
+#include "kernels/decode_attention_cuda.h"
+#include "kernels/mla_decode_cuda.h"
+
+namespace kvmesh {
+namespace {
+
+Status CudaStatus(std::string_view what, cudaError_t err) {
+  return Status::CudaError(
+      StrCat(what, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
+}
+
+// Owns one non-blocking CUDA stream of one device.
+class CudaStream {
+ public:
+  CudaStream(int device, cudaStream_t s) : device_(device), stream_(s) {}
+  ~CudaStream() {
+    if (stream_ == nullptr) return;
+    // Queued work still completes. The stream's device is made current for the call and the
+    // caller's current device is restored; errors cannot be reported from here (kernels/ does not
+    // log) and leave nothing to clean up.
+    int previous = -1;
+    const bool known = cudaGetDevice(&previous) == cudaSuccess;
+    if (cudaSetDevice(device_) == cudaSuccess) (void)cudaStreamDestroy(stream_);
+    if (known) (void)cudaSetDevice(previous);
+  }
+  CudaStream(CudaStream&& other) noexcept
+      : device_(other.device_), stream_(std::exchange(other.stream_, nullptr)) {}
+  CudaStream& operator=(CudaStream&&) = delete;
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  int device_;
+  cudaStream_t stream_;
+};
+
+class CudaBackend final : public KernelBackend {
+ public:
+  CudaBackend(int device, CudaStream stream) : device_(device), stream_(std::move(stream)) {}
+
+  BackendKind kind() const override { return BackendKind::kCuda; }
+
+  Status AppendKv(const AppendKvArgs& args) override {
+    KVMESH_RETURN_IF_ERROR(MakeCurrent());
+    return cuda::LaunchAppendKv(args, stream_.get());
+  }
+  Status AppendIndexK(const AppendIndexKArgs& args) override {
+    KVMESH_RETURN_IF_ERROR(MakeCurrent());
+    return cuda::LaunchAppendIndexK(args, stream_.get());
+  }
+  Status DecodeAttention(const DecodeAttentionArgs& args, Workspace workspace) override {
+    KVMESH_RETURN_IF_ERROR(MakeCurrent());
+    return cuda::LaunchDecodeAttention(args, workspace, stream_.get());
+  }
+  Status MlaDecode(const MlaDecodeArgs& args, Workspace workspace) override {
+    KVMESH_RETURN_IF_ERROR(MakeCurrent());
+    return cuda::LaunchMlaDecode(args, workspace, stream_.get());
+  }
+  Status BlockCopy(const BlockCopyArgs& args) override {
+    KVMESH_RETURN_IF_ERROR(MakeCurrent());
+    return cuda::LaunchBlockCopy(args, stream_.get());
+  }
+  // Waits for everything enqueued so far; an error raised by a kernel surfaces here.
+  Status Synchronize() override {
+    KVMESH_RETURN_IF_ERROR(MakeCurrent());
+    const cudaError_t err = cudaStreamSynchronize(stream_.get());
+    return err == cudaSuccess ? Status::Ok()
+                              : CudaStatus(StrCat("cuda backend device ", device_), err);
+  }
+
+ private:
+  Status MakeCurrent() const {
+    const cudaError_t err = cudaSetDevice(device_);
+    return err == cudaSuccess ? Status::Ok() : CudaStatus(StrCat("cudaSetDevice ", device_), err);
+  }
+
+  int device_;
+  CudaStream stream_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<KernelBackend>> MakeCudaBackend(int device) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) return CudaStatus(StrCat("cuda backend device ", device), err);
+  if (device < 0 || device >= count) {
+    return Status::CudaError(
+        StrCat("cuda backend: no device ", device, " (", count, " CUDA devices)"));
+  }
+  err = cudaSetDevice(device);
+  if (err != cudaSuccess) return CudaStatus(StrCat("cudaSetDevice ", device), err);
+  cudaStream_t s = nullptr;
+  err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (err != cudaSuccess) return CudaStatus(StrCat("cudaStreamCreate on device ", device), err);
+  return std::unique_ptr<KernelBackend>(
+      std::make_unique<CudaBackend>(device, CudaStream(device, s)));
+}
+
+}  // namespace kvmesh
