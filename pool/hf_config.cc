@@ -382,8 +382,11 @@ Result<ModelSpec> LoadModelSpecFromHfConfig(const std::string& path) {
         StrCat("cannot read config file '", file.string(), "': ", std::strerror(errno)));
   }
 
-  // .../models--ORG--NAME/snapshots/REV/config.json (the Hugging Face hub cache).
-  std::string fallback_name = file.parent_path().filename().string();
+  // .../models--ORG--NAME/snapshots/REV/config.json (the Hugging Face hub cache); else the
+  // directory's name for a config.json, the file's stem for any other name.
+  std::string fallback_name = file.filename() == "config.json"
+                                  ? file.parent_path().filename().string()
+                                  : file.stem().string();
   std::string revision;
   const fs::path snapshots = file.parent_path().parent_path();
   const std::string repo_dir = snapshots.parent_path().filename().string();

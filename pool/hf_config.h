@@ -45,7 +45,8 @@ Result<ModelSpec> ParseHfConfig(std::string_view json_text, std::string_view sou
 
 // Reads and parses `path`: a config.json file, or a directory holding one. Without
 // `_name_or_path`, a Hugging Face cache path (.../models--ORG--NAME/snapshots/REV/config.json)
-// gives the name ORG/NAME and the revision REV; any other path gives its directory's name.
+// gives the name ORG/NAME and the revision REV; any other config.json its directory's name, and a
+// file of another name its stem ("gemma3_1b_it" for gemma3_1b_it.json).
 Result<ModelSpec> LoadModelSpecFromHfConfig(const std::string& path);
 
 // The supported model_type values joined by ", ".

@@ -44,7 +44,7 @@ TEST(HfConfigTest, LlamaMatchesPreset) {
   EXPECT_EQ(m.family, "llama");
   EXPECT_EQ(m.layers, ModelPreset("llama-3-8b")->layers);
   EXPECT_EQ(m.num_attention_heads, 32);
-  EXPECT_EQ(m.name, "testdata");  // no _name_or_path: the directory's name
+  EXPECT_EQ(m.name, "llama3_8b");  // no _name_or_path: the file's stem
   EXPECT_EQ(m.revision, "");
 }
 
@@ -235,6 +235,15 @@ TEST(HfConfigTest, FilesAndDirectories) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->name, "meta-llama/Meta-Llama-3-8B");
   EXPECT_EQ(m->revision, "8cde5ca8");
+  // Any other config.json: the directory's name.
+  const fs::path plain = root / "my-llama";
+  fs::create_directories(plain);
+  fs::copy_file(TestData("llama3_8b.json"), plain / "config.json",
+                fs::copy_options::overwrite_existing);
+  m = LoadModelSpecFromHfConfig((plain / "config.json").string());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->name, "my-llama");
+  EXPECT_EQ(m->revision, "");
   fs::remove_all(root);
 
   EXPECT_THAT(SupportedHfModelTypes(), HasSubstr("deepseek_v32"));
