@@ -2,8 +2,8 @@
 // (tests/kernels/attention_reference.h) over every cache dtype, both layouts, head_dim 64/128/256,
 // GQA groups 1/4/8, tokens_per_block 16..128, q_len 1..8, sliding window on/off, q in
 // fp32/bf16/fp16, out in fp32/bf16, and 1, several or automatic splits; sequences of 1, 3, 7, 17,
-// 65, 128 and 1100 tokens (mid-block ends, several splits), in shuffled blocks of layer 1 of a
-// 2-layer pool whose unwritten bytes are NaN.
+// 65, 128 and 1100 tokens (mid-block ends, several splits; 400 instead of 1100 in every other
+// case), in shuffled blocks of layer 1 of a 2-layer pool whose unwritten bytes are NaN.
 //
 // Tolerances (the reference attends over the same dequantised values, so quantisation error is not
 // part of them; what remains is FP32 accumulation and exp/log in FP32):

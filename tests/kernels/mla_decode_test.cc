@@ -1,7 +1,8 @@
 // CPU MLA decode (weight-absorbed, 512 + 64) against the dense float64 reference over bf16, fp8 and
 // fp8_per_tensor latent pools, both layouts, 1..128 heads (also counts that do not fill a 16- or
 // 32-row tile), tokens_per_block 16..128, q_len 1..8, q in fp32/bf16/fp16, out in fp32/bf16, and
-// 1, several or automatic splits, with sequences of 1, 3, 7, 17, 65 and 700 tokens.
+// 1, several or automatic splits, with sequences of 1, 3, 7, 17, 65 and 700 tokens (300 where a
+// case has more than 16 query rows).
 //
 // Tolerances (same dequantised values in the reference; FP32 accumulation over 576-wide dots whose
 // scores reach about 20, so a little looser than decode attention's):
