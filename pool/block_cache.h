@@ -125,6 +125,8 @@ class BlockCache {
   // (out[p]). Emits removed events and calls the listener (reason kClaimed). REQUIRES CanClaim.
   void Claim(NodeRef n, std::span<BlockId> out);
   void SetRetention(NodeRef n, int priority, std::int64_t expiry_ns);
+  // Whether any retention expiry is pending (ProcessExpiries has work, now or later).
+  bool has_expiries() const { return !expiries_.empty(); }
   // Priorities whose expiry is <= now_ns fall back to kDefaultPriority.
   void ProcessExpiries(std::int64_t now_ns);
 

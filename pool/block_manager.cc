@@ -182,6 +182,10 @@ BlockManager::~BlockManager() {
       << external_pins_ << " block pins outstanding when the block manager is destroyed";
 }
 
+void BlockManager::ExpireRetention() const {
+  if (cache_.has_expiries()) cache_.ProcessExpiries(NowNs());  // the clock is read only then
+}
+
 void BlockManager::FlushEvents() {
   auto& pending = cache_.pending_events();
   if (pending.empty()) return;
@@ -257,6 +261,7 @@ void BlockManager::CommitAdmission(Sequence* seq, const Match& m, Admission* a) 
 }
 
 void BlockManager::ApplyReuseRetention(const Sequence& seq, const Match& m) {
+  if (seq.retention.empty()) return;
   const std::int64_t t = tokens_per_block();
   const std::int64_t now = NowNs();
   for (std::size_t j = 0; j < m.path.size(); ++j) {
@@ -282,7 +287,7 @@ Result<AddSequenceResult> BlockManager::AddSequence(RequestId request,
     if (sequences_.contains(request)) {
       return Status::InvalidArgument(StrCat("request ", request.value, " is already running"));
     }
-    cache_.ProcessExpiries(NowNs());
+    ExpireRetention();
     const NodeRef root = cache_.tree().AcquireRoot(options.domain);
     const bool allow_partial =
         config_.enable_partial_reuse && has_pool_memory() && options.allow_partial_reuse;

@@ -253,6 +253,8 @@ class BlockManager final : private BlockPinOwner {
   void ReleaseOutOfWindow(Sequence* seq, bool stored_only, AppendResult* out) KVMESH_REQUIRES(mu_);
   std::int64_t NowNs() const { return clock_->Now().time_since_epoch().count(); }
   void FlushEvents() KVMESH_REQUIRES(mu_);
+  // Applies retention expiries that are due (before any eviction decision or observation).
+  void ExpireRetention() const KVMESH_REQUIRES(mu_);
   Status ExhaustedError(int pool, std::int64_t need, std::int64_t unavailable) const
       KVMESH_REQUIRES(mu_);
 

@@ -41,7 +41,7 @@ Result<AppendResult> BlockManager::AppendTokens(RequestId request, std::span<con
   auto it = sequences_.find(request);
   if (it == sequences_.end()) return UnknownRequest(request);
   Sequence* seq = it->second.get();
-  cache_.ProcessExpiries(NowNs());
+  ExpireRetention();
   const std::int64_t t = tokens_per_block();
   const std::int64_t new_len = static_cast<std::int64_t>(seq->tokens.size() + tokens.size());
   const std::int64_t have = static_cast<std::int64_t>(seq->tables[0].size());
@@ -78,10 +78,15 @@ Result<std::int64_t> BlockManager::StoreFullBlocks(RequestId request,
     return Status::InvalidArgument(StrCat("num_computed_tokens ", computed, " is outside 0..", len,
                                           " (the length of request ", request.value, ")"));
   }
-  cache_.ProcessExpiries(NowNs());
+  ExpireRetention();
   PrefixTree& tree = cache_.tree();
   const std::int64_t t = tokens_per_block();
-  const std::int64_t now = NowNs();
+  std::optional<std::int64_t> now;  // the clock is read once, and only when a duration needs it
+  auto expiry = [&](const std::optional<Nanos>& duration) {
+    if (!duration) return kNoExpiry;
+    if (!now) now = NowNs();
+    return *now + duration->count();
+  };
   std::int64_t stored = 0;
   std::vector<BlockMmRef> mm;
   std::vector<BlockId> blocks(num_pools());
@@ -115,8 +120,7 @@ Result<std::int64_t> BlockManager::StoreFullBlocks(RequestId request,
       } else {
         r = RetentionChoice{seq->decode_priority, seq->decode_duration};
       }
-      node = cache_.Store(parent, key, mm, hash, blocks, r.priority,
-                          r.duration ? now + r.duration->count() : kNoExpiry);
+      node = cache_.Store(parent, key, mm, hash, blocks, r.priority, expiry(r.duration));
       ++stored;
     }
     // else: another sequence stored this key first; this sequence's blocks stay private.
@@ -133,7 +137,7 @@ Status BlockManager::RemoveSequence(RequestId request) {
   auto it = sequences_.find(request);
   if (it == sequences_.end()) return UnknownRequest(request);
   Sequence* seq = it->second.get();
-  cache_.ProcessExpiries(NowNs());
+  ExpireRetention();
   // Root to leaf, so that deeper blocks get the later use stamps.
   const std::size_t positions = seq->tables[0].size();
   for (std::size_t i = 0; i < positions; ++i) {
@@ -193,7 +197,7 @@ void BlockManager::UnpinBlocks(std::span<const PinnedBlockRef> blocks) {
 
 Result<CachedBlockInfo> BlockManager::FindBlock(const ContentId& id) const {
   MutexLock lock(&mu_);
-  cache_.ProcessExpiries(NowNs());
+  ExpireRetention();
   const PrefixTree& tree = cache_.tree();
   const NodeRef n = tree.FindByContentId(id);
   if (n == kNoNode) return Status::NotFound(StrCat("no cached block has content id ", id.ToHex()));
@@ -256,7 +260,7 @@ std::int64_t BlockManager::num_sequences() const {
 
 BlockManagerStats BlockManager::GetStats() const {
   MutexLock lock(&mu_);
-  cache_.ProcessExpiries(NowNs());
+  ExpireRetention();
   BlockManagerStats s;
   s.counters = counters_;
   s.running_sequences = static_cast<std::int64_t>(sequences_.size());

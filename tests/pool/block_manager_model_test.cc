@@ -205,25 +205,33 @@ class ReferenceModel {
     return longer.size() > shorter.size() &&
            std::equal(shorter.begin(), shorter.end(), longer.begin());
   }
+  // Keys are ordered lexicographically, so the keys extending `key` (its descendants) are exactly
+  // the entries that follow it while they start with it.
+  template <typename F>
+  void ForEachDescendant(const Key& key, F&& f) const {
+    for (auto it = entries_.upper_bound(key); it != entries_.end() && Extends(it->first, key);
+         ++it) {
+      f(it->first, it->second);
+    }
+  }
   // Unpinned, and nothing that extends it is pinned.
   bool Removable(const Key& key) const {
-    const Entry& e = entries_.at(key);
-    if (e.pins > 0) return false;
-    for (const auto& [k, other] : entries_) {
-      if (other.pins > 0 && Extends(k, key)) return false;
-    }
-    return true;
+    if (entries_.at(key).pins > 0) return false;
+    bool pinned_below = false;
+    ForEachDescendant(key, [&](const Key&, const Entry& e) { pinned_below |= e.pins > 0; });
+    return !pinned_below;
   }
   std::int64_t CountRemovable() const {
     std::int64_t n = 0;
     for (const auto& [k, e] : entries_) n += Removable(k) ? 1 : 0;
     return n;
   }
+  // No cached block extends it by one block.
   bool IsLeaf(const Key& key) const {
-    for (const auto& [k, e] : entries_) {
-      if (k.size() == key.size() + kT && Extends(k, key)) return false;
-    }
-    return true;
+    bool child = false;
+    ForEachDescendant(key,
+                      [&](const Key& k, const Entry&) { child |= k.size() == key.size() + kT; });
+    return !child;
   }
   void TakeBlock() {
     if (free_ > 0) {
@@ -418,17 +426,17 @@ class BlockManagerModelTest : public ::testing::TestWithParam<EvictionPolicyKind
 TEST_P(BlockManagerModelTest, MatchesTheReferenceModel) {
   std::size_t evictions = 0;
   std::uint64_t reused = 0;
-  for (std::uint32_t seed = 1; seed <= 6; ++seed) {
+  for (std::uint32_t seed = 1; seed <= 4; ++seed) {
     SCOPED_TRACE(StrCat("seed ", seed));
     Driver d(seed, GetParam());
-    d.Run(2500);
+    d.Run(1500);
     if (HasFatalFailure()) return;
     evictions += d.evictions();
     reused += d.reused();
   }
   // The runs must exercise what they compare.
   EXPECT_GT(evictions, 1000u);
-  EXPECT_GT(reused, 1000u);
+  EXPECT_GT(reused, 2000u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, BlockManagerModelTest,

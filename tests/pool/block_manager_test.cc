@@ -203,6 +203,23 @@ TEST(BlockManagerTest, PartlyMatchingBlockWithChildrenIsCopied) {
   EXPECT_CONSISTENT(*m);
 }
 
+TEST(BlockManagerTest, BlockTablesGiveKernelOffsets) {
+  MemoryFixture mem(8);
+  auto m = MakeManager(OnePoolConfig(8), mem.Env());
+  auto r = m->AddSequence(R(1), Tokens(10));
+  ASSERT_TRUE(r.ok());
+  BlockTable table = r->tables[0];
+  table.block_ids.push_back(-1);
+  const auto offsets = BlockByteOffsets(table, mem.layout, KvComponent::kData);
+  ASSERT_EQ(offsets.size(), 4u);
+  const auto* base = static_cast<const std::uint8_t*>(mem.storage.view(0).base[0]);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(base + offsets[i],
+              mem.storage.view(0).BlockBytes(KvComponent::kData, table.block_ids[i]));
+  }
+  EXPECT_EQ(offsets[3], -1);
+}
+
 TEST(BlockManagerTest, SaltsAdaptersAndNamespacesNeverShare) {
   auto m = MakeManager(OnePoolConfig(32));
   SequenceOptions a;

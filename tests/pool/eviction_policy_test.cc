@@ -91,8 +91,8 @@ TEST(EvictionPolicyTest, MatchesSortedReference) {
       }
       return best;
     };
-    for (int step = 0; step < 20000; ++step) {
-      const EvictionEntry e = rng() % 300;
+    for (int step = 0; step < 6000; ++step) {
+      const EvictionEntry e = rng() % 200;
       const int op = rng() % 4;
       if (op == 0 || op == 1) {
         if (!ref.contains(e)) {
