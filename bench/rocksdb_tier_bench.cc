@@ -1,7 +1,7 @@
 // rocksdb_tier_bench: puts of many blocks into the RocksDB tier, then gets of them in random order,
 // against RocksDB's own db_bench run in the same process tree just before, with the same value size
 // (the bundle size), key size (16), and options: no compression, WAL off, the same write buffers,
-// block cache, file sizes, level sizing and background jobs.
+// block cache, bloom filter (10 bits a key), file sizes, level sizing and background jobs.
 //
 //   db_bench --benchmarks=fillseq,flush,waitforcompaction   (a fresh database)
 //   db_bench --benchmarks=readrandom --use_existing_db=1    (N random reads)
@@ -12,7 +12,9 @@
 // includes verification and the copy into a scattered pool block. Keys: db_bench's are sequential;
 // the tier's are content ids (random), which is what the tier stores.
 //
-//   rocksdb_tier_bench [--blocks N] [--db_bench PATH]
+//   rocksdb_tier_bench [--blocks N] [--blob_files 0|1] [--db_bench PATH]
+//
+// --blob_files 1 runs both sides with integrated blob files (values outside the SSTs).
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,6 +43,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Args {
   int blocks = 1024;
+  bool blob_files = false;
   std::string db_bench = "/usr/bin/db_bench";
 };
 
@@ -50,6 +53,7 @@ Args Parse(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--blocks") a.blocks = std::atoi(argv[i + 1]);
     if (k == "--db_bench") a.db_bench = argv[i + 1];
+    if (k == "--blob_files") a.blob_files = std::atoi(argv[i + 1]) != 0;
   }
   KVMESH_CHECK(a.blocks > 0);
   return a;
@@ -134,7 +138,11 @@ int Run(const Args& args) {
       " --cache_size=", sh.cache, " --target_file_size_base=", sh.target_file,
       " --max_bytes_for_level_base=", sh.level_base,
       " --level_compaction_dynamic_level_bytes=true --max_background_jobs=", sh.background_jobs,
-      " --threads=1 --seed=1");
+      " --bloom_bits=10 --threads=1 --seed=1",
+      args.blob_files
+          ? " --enable_blob_files=true --min_blob_size=4096 --blob_compression_type=none "
+            "--enable_blob_garbage_collection=true"
+          : "");
   const DbBenchResult fill = RunDbBench(
       common + " --benchmarks=fillseq,flush,waitforcompaction --use_existing_db=0", "fillseq");
   const DbBenchResult read = RunDbBench(
@@ -165,6 +173,8 @@ int Run(const Args& args) {
   o.max_write_buffer_number = sh.max_write_buffers;
   o.block_cache_bytes = sh.cache;
   o.max_background_jobs = sh.background_jobs;
+  o.enable_blob_files = args.blob_files;
+  o.min_blob_bytes = 4096;
   auto tier_or = RocksDbTier::Open(o);
   KVMESH_CHECK(tier_or.ok()) << tier_or.status().ToString();
   RocksDbTier& tier = **tier_or;

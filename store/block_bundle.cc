@@ -2,6 +2,10 @@
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include <xxhash.h>
+#if defined(__x86_64__)
+// XXH3 through libxxhash's runtime dispatch (AVX2 where the CPU has it: ~4x the scalar speed).
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <bit>
@@ -9,6 +13,7 @@
 #include <cstring>
 
 #include "common/strings.h"
+#include "store/stream_copy.h"
 
 namespace kvmesh {
 namespace {
@@ -41,8 +46,8 @@ constexpr std::int64_t kEntInner = 20;
 constexpr std::int64_t kEntOffset = 24;
 constexpr std::int64_t kEntBytes = 32;
 
-// Copies and hashes in chunks this size, so the hash reads what the copy just wrote from cache.
-constexpr std::int64_t kChunkBytes = 64 * 1024;
+// Hashes and copies in chunks this size, so the copy reads what the hash just brought into cache.
+constexpr std::int64_t kChunkBytes = 16 * 1024;
 
 constexpr std::int64_t RoundUp(std::int64_t x, std::int64_t a) { return (x + a - 1) / a * a; }
 
@@ -253,11 +258,12 @@ Status BundleCodec::Encode(const KvPoolView& src, std::int64_t block, const Cont
         reinterpret_cast<const std::byte*>(src.BlockBytes(static_cast<KvComponent>(c), block));
     const std::int64_t n = ComponentBytes(layout_, c);
     std::byte* to = dst + component_offset_[c];
-    // Copy a chunk, then hash it while it is still in cache.
+    // Hash a chunk of the source (which brings it into cache), then copy it from there with
+    // streaming stores: memory sees one read and one write per byte, as for a large memcpy.
     for (std::int64_t done = 0; done < n; done += kChunkBytes) {
       const std::int64_t len = std::min(kChunkBytes, n - done);
-      std::memcpy(to + done, from + done, len);
-      XXH3_128bits_update(&state, to + done, len);
+      XXH3_128bits_update(&state, from + done, len);
+      CopyStreaming(to + done, from + done, len);
     }
     const std::int64_t end = component_offset_[c] + n;
     const std::int64_t pad = RoundUp(end, kBundleAlignment) - end;
@@ -397,8 +403,9 @@ Status BundleCodec::Decode(std::span<const std::byte> bundle, const ContentId& i
   KVMESH_RETURN_IF_ERROR(Verify(bundle, id));
   for (int c = 0; c < kNumKvComponents; ++c) {
     if (component_offset_[c] < 0) continue;
-    std::memcpy(dst.BlockBytes(static_cast<KvComponent>(c), block),
-                bundle.data() + component_offset_[c], ComponentBytes(layout_, c));
+    // Verify just read the bundle, so the copy reads it from cache.
+    CopyStreaming(dst.BlockBytes(static_cast<KvComponent>(c), block),
+                  bundle.data() + component_offset_[c], ComponentBytes(layout_, c));
   }
   return Status::Ok();
 }

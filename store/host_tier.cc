@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "store/stream_copy.h"
 
 namespace kvmesh {
 namespace {
@@ -262,7 +263,7 @@ Status HostTier::PutBundle(TierPoolId pool, const ContentId& id, std::span<const
   KVMESH_ASSIGN_OR_RETURN(Reservation r, Reserve(*shard, id, priority));
   if (r.already_held) return Status::Ok();
   Spill(*shard, r);
-  std::memcpy(SlotData(*shard, r.slot), bundle.data(), bundle.size());
+  CopyStreaming(SlotData(*shard, r.slot), bundle.data(), bundle.size());
   Publish(*shard, r.slot);
   return Status::Ok();
 }

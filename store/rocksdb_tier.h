@@ -13,12 +13,13 @@
 // after any crash.
 //
 // Options for large values and a cache workload: WAL off by default, no compression, large write
-// buffers, an optional blob store (enable_blob_files) and direct I/O (use_direct_io).
-// Durability: with the WAL off (default), a put is in the memtable when it returns; after a crash
-// (process or machine) the puts since the last flush may be absent — never corrupt or half written
-// (blocks are recomputable; the WAL would cost a second write of every byte). Flush() and a clean
-// close persist everything. With disable_wal = false, puts survive a process crash; add sync_writes
-// for machine crashes.
+// buffers, a bloom filter (keys are random content ids, so every L0 file spans the key range and a
+// get would otherwise read a whole bundle from each), an optional blob store (enable_blob_files)
+// and direct I/O (use_direct_io). Durability: with the WAL off (default), a put is in the memtable
+// when it returns; after a crash (process or machine) the puts since the last flush may be absent —
+// never corrupt or half written (blocks are recomputable; the WAL would cost a second write of
+// every byte). Flush() and a clean close persist everything. With disable_wal = false, puts survive
+// a process crash; add sync_writes for machine crashes.
 //
 // Capacity: the sum of the bundle bytes held (logical bytes; RocksDB's own overhead and space not
 // yet compacted away are not counted). A put that would exceed it evicts first: all blocks of the

@@ -2,6 +2,7 @@
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
+#include <rocksdb/filter_policy.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 
@@ -19,6 +20,8 @@ namespace kvmesh {
 namespace {
 
 using rocksdb_tier::kMetaBytes;
+
+constexpr double kBloomBitsPerKey = 10;
 using rocksdb_tier::kMetaFormat;
 
 rocksdb::DBOptions MakeDbOptions(const RocksDbTierOptions& o) {
@@ -50,6 +53,9 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const RocksDbTierOptions& o,
   } else {
     t.no_block_cache = true;
   }
+  // Keys are content ids (random), so every L0 file spans the whole key range: without a filter a
+  // get would read a data block (a whole bundle) from each L0 file to find its key.
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(kBloomBitsPerKey));
   if (bundles) {
     c.write_buffer_size = static_cast<std::size_t>(o.write_buffer_bytes);
     c.max_write_buffer_number = o.max_write_buffer_number;
