@@ -157,8 +157,9 @@ __global__ void __launch_bounds__(kThreads) BlockCopyKernel(CopyParams p) {
 // ---------------------------------------------------------------------------------------------
 // Host side: one plan per present component, the same for every pair.
 
-std::int64_t AddressBits(const void* p) {
-  return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p) % 16);
+// A number whose largest power-of-two factor is the pointer's alignment, capped at 16.
+std::int64_t AlignmentWitness(const void* p) {
+  return static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(p) % 16) | 16;
 }
 
 Status PlanComponent(const BlockCopyArgs& args, int ci, int n, ComponentPlan& c) {
@@ -174,7 +175,7 @@ Status PlanComponent(const BlockCopyArgs& args, int ci, int n, ComponentPlan& c)
   std::int64_t run_bytes = 0;
   std::int64_t runs = 0;
   // Every stride a run offset is built from; the unit width must divide all of them.
-  std::int64_t g = std::gcd(AddressBits(c.src_base) + 16, AddressBits(c.dst_base) + 16);
+  std::int64_t g = std::gcd(AlignmentWitness(c.src_base), AlignmentWitness(c.dst_base));
   g = std::gcd(g, c.block_bytes);
   const std::int64_t layer = s.LayerStride() * s.bits / 8;
   const std::int64_t kv = s.KvStride() * s.bits / 8;
