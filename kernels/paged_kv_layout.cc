@@ -89,7 +89,10 @@ Result<KvPoolLayout> MakeKvPoolLayout(const KvPoolGeometry& g) {
 
 KvPoolLayout WithOrder(const KvPoolLayout& layout, KvLayout order) {
   KvPoolLayout out = layout;
-  for (auto& c : out.components) c.order = order;
+  for (auto& c : out.components) {
+    if (c.present())
+      c.order = order;  // absent components keep their defaults, as MakeKvPoolLayout leaves them
+  }
   return out;
 }
 

@@ -150,6 +150,17 @@ TEST(PagedKvLayoutTest, PermutationRoundTripEveryComponent) {
   }
 }
 
+TEST(PagedKvLayoutTest, WithOrderEqualsBuildingInThatOrder) {
+  for (KvPoolGeometry g : SmallGeometries()) {
+    auto built = MakeKvPoolLayout(g);
+    ASSERT_TRUE(built.ok());
+    g.layout = g.layout == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
+    auto other = MakeKvPoolLayout(g);
+    ASSERT_TRUE(other.ok());
+    EXPECT_EQ(WithOrder(*built, g.layout), *other) << KvDtypeName(g.dtype);
+  }
+}
+
 TEST(PagedKvLayoutTest, RejectsBadGeometry) {
   KvPoolGeometry g;
   g.num_layers = 2;
