@@ -4,6 +4,7 @@
 
 #include "cli/command.h"
 #include "cli/layout_command.h"
+#include "cli/replay_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"kvctl: inspect and control kvmesh KV-cache pools", "kvctl"};
@@ -11,6 +12,7 @@ int main(int argc, char** argv) {
   kvmesh::cli::CommandOutcome outcome;
 
   kvmesh::cli::RegisterLayoutCommand(app, outcome);
+  kvmesh::cli::RegisterReplayCommand(app, outcome);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,350 @@
+// Runs the real kvctl binary: `kvctl replay` on synthetic traces and trace files (JSON numbers
+// equal to the library's), the sweep's CSV and PNG, the progress bar, and the exit codes and
+// messages of bad command lines.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pool/trace.h"
+#include "pool/trace_replay.h"
+
+extern char** environ;
+
+namespace kvmesh {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A fresh directory for one test, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::path(::testing::TempDir()) /
+            ("kvctl_replay_" + std::to_string(getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string Path(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+// Spawns kvctl with `args` (no shell) and `env` added to the environment; stdout and stderr are
+// captured in temporary files.
+RunResult RunKvctl(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out_path = dir + "/kvctl_replay_test_" + std::to_string(getpid()) + ".out";
+  const std::string err_path = dir + "/kvctl_replay_test_" + std::to_string(getpid()) + ".err";
+  std::vector<std::string> argv_storage = {KVCTL_PATH};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_storage = env;
+  std::vector<char*> envp;
+  for (std::string& e : env_storage) envp.push_back(e.data());
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  pid_t pid = 0;
+  RunResult r;
+  const int rc = posix_spawn(&pid, KVCTL_PATH, &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    ADD_FAILURE() << "posix_spawn " << KVCTL_PATH << " failed: " << rc;
+    return r;
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  unlink(out_path.c_str());
+  unlink(err_path.c_str());
+  return r;
+}
+
+Json RunJson(std::vector<std::string> args) {
+  args.push_back("--json");
+  const RunResult r = RunKvctl(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");  // stderr is not a terminal here: no progress bar
+  Json j = Json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  EXPECT_FALSE(j.is_discarded()) << r.out;
+  return j;
+}
+
+bool GnuplotAvailable() {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return false;
+  std::stringstream dirs(path);
+  std::string d;
+  while (std::getline(dirs, d, ':')) {
+    if (!d.empty() && access((fs::path(d) / "gnuplot").c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+// The synthetic trace the flags below describe.
+SyntheticTraceOptions SmallSynthetic() {
+  SyntheticTraceOptions o;
+  o.seed = 3;
+  o.conversations = 60;
+  o.turns = 4;
+  o.concurrency = 12;
+  return o;
+}
+const std::vector<std::string> kSmallSyntheticFlags = {
+    "replay",  "--synthetic", "--seed",        "3", "--conversations", "60",
+    "--turns", "4",           "--concurrency", "12"};
+
+std::vector<std::string> With(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+void ExpectSameRun(const Json& j, const ReplayResult& r) {
+  EXPECT_EQ(j["requests"], r.requests);
+  EXPECT_EQ(j["input_blocks"], r.input_blocks);
+  EXPECT_EQ(j["reused_blocks"], r.reused_blocks);
+  EXPECT_EQ(j["evicted_blocks"], r.evicted_blocks);
+  EXPECT_EQ(j["cached_blocks"], r.cached_blocks);
+  EXPECT_EQ(j["rejected_requests"], r.rejected_requests);
+  EXPECT_DOUBLE_EQ(j["hit_rate"].get<double>(), r.hit_rate());
+}
+
+TEST(KvctlReplayTest, SyntheticJsonMatchesTheLibrary) {
+  auto trace = GenerateSyntheticTrace(SmallSynthetic());
+  ASSERT_TRUE(trace.ok());
+  for (const char* policy : {"lru", "priority-lru"}) {
+    const Json j =
+        RunJson(With(kSmallSyntheticFlags, {"--capacity-blocks", "150", "--policy", policy}));
+    ASSERT_TRUE(j.is_object());
+    EXPECT_EQ(j["schema"], "kvmesh.replay/1");
+    EXPECT_EQ(j["trace"]["source"], "synthetic");
+    EXPECT_EQ(j["trace"]["synthetic"]["seed"], 3);
+    EXPECT_EQ(j["trace"]["requests"], 240);
+    EXPECT_EQ(j["policy"], policy);
+    EXPECT_EQ(j["capacity_blocks"], 150);
+    EXPECT_EQ(j["tokens_per_block"], 512);
+    EXPECT_TRUE(j["capacity_bytes"].is_null());
+    ReplayConfig config;
+    config.capacity_blocks = 150;
+    config.policy = *ParseEvictionPolicy(policy);
+    auto expected = ReplayTrace(*trace, config);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    ExpectSameRun(j, *expected);
+    EXPECT_GT(expected->evicted_blocks, 0);
+    EXPECT_EQ(j["priorities"].is_null(), std::string(policy) == "lru");
+  }
+}
+
+TEST(KvctlReplayTest, UnlimitedByDefaultAndTextSummary) {
+  const Json j = RunJson(kSmallSyntheticFlags);
+  EXPECT_TRUE(j["capacity_blocks"].is_null());
+  EXPECT_EQ(j["policy"], "lru");
+  EXPECT_EQ(j["evicted_blocks"], 0);
+  const RunResult text = RunKvctl(kSmallSyntheticFlags);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  char hit[32];
+  std::snprintf(hit, sizeof(hit), "hit rate    %.4f\n", j["hit_rate"].get<double>());
+  EXPECT_THAT(text.out, HasSubstr(hit));
+  EXPECT_THAT(text.out, HasSubstr("capacity    unlimited"));
+  EXPECT_THAT(text.out, HasSubstr("evictions   0\n"));
+}
+
+TEST(KvctlReplayTest, WrittenTraceReplaysToTheSameNumbers) {
+  TempDir dir;
+  const std::string path = dir.Path("synthetic.jsonl");
+  const Json synthetic =
+      RunJson(With(kSmallSyntheticFlags, {"--capacity-blocks", "100", "--write-trace", path}));
+  EXPECT_EQ(synthetic["trace"]["written_to"], path);
+  ASSERT_TRUE(fs::exists(path));
+  const Json file = RunJson({"replay", path, "--capacity-blocks", "100"});
+  EXPECT_EQ(file["trace"]["source"], "file");
+  EXPECT_EQ(file["trace"]["path"], path);
+  for (const char* field : {"requests", "input_blocks", "reused_blocks", "evicted_blocks"}) {
+    EXPECT_EQ(file[field], synthetic[field]) << field;
+  }
+  const Json limited = RunJson({"replay", path, "--limit", "10"});
+  EXPECT_EQ(limited["requests"], 10);
+}
+
+TEST(KvctlReplayTest, CapacityBytesConvertsAtOneBlockOfTheModel) {
+  // Llama-3-8B bf16: 32 layers x 2 x 8 heads x 512 tokens x 128 x 2 bytes = 64 MiB per block.
+  const Json j = RunJson(With(kSmallSyntheticFlags, {"--capacity-bytes", "8GiB"}));
+  EXPECT_EQ(j["capacity_bytes"], 8LL << 30);
+  EXPECT_EQ(j["bytes_per_block"], 64LL << 20);
+  EXPECT_EQ(j["capacity_blocks"], 128);
+  EXPECT_EQ(j["model"], "llama-3-8b");
+  EXPECT_EQ(j["dtype"], "bf16");
+  const Json fp8 =
+      RunJson(With(kSmallSyntheticFlags, {"--capacity-bytes", "8GiB", "--model", "llama-3-8b",
+                                          "--dtype", "fp8", "--tokens-per-block", "256"}));
+  // fp8: 1 byte per element plus an FP32 scale per (token, head): 32*2*8*256*(128+4) B.
+  EXPECT_EQ(fp8["bytes_per_block"], 32LL * 2 * 8 * 256 * (128 + 4));
+  const RunResult text = RunKvctl(With(kSmallSyntheticFlags, {"--capacity-bytes", "8GiB"}));
+  EXPECT_THAT(text.out, HasSubstr("from --capacity-bytes 8.00 GiB at 64.00 MiB per block "
+                                  "(llama-3-8b bf16, 512 tokens)"));
+}
+
+TEST(KvctlReplayTest, SweepWritesCsvAndPng) {
+  TempDir dir;
+  const Json j = RunJson(
+      With(kSmallSyntheticFlags, {"--sweep=100,300,unlimited", "--out-dir", dir.Path("out")}));
+  EXPECT_EQ(j["schema"], "kvmesh.replay_sweep/1");
+  ASSERT_EQ(j["runs"].size(), 6u);  // 3 capacities x 2 policies
+  const std::string csv = ReadFile(dir.Path("out/replay_sweep.csv"));
+  std::stringstream lines(csv);
+  std::string line;
+  std::getline(lines, line);
+  EXPECT_EQ(line, "capacity_blocks,policy,hit_rate,reused_blocks,input_blocks,evictions");
+  auto trace = GenerateSyntheticTrace(SmallSynthetic());
+  ASSERT_TRUE(trace.ok());
+  int rows = 0;
+  for (const Json& run : j["runs"]) {
+    ASSERT_TRUE(std::getline(lines, line));
+    const std::string capacity = run["capacity_blocks"].is_null()
+                                     ? "unlimited"
+                                     : std::to_string(run["capacity_blocks"].get<int>());
+    char expected[256];
+    std::snprintf(expected, sizeof(expected), "%s,%s,%.6f,%lld,%lld,%lld", capacity.c_str(),
+                  run["policy"].get<std::string>().c_str(), run["hit_rate"].get<double>(),
+                  run["reused_blocks"].get<long long>(), run["input_blocks"].get<long long>(),
+                  run["evicted_blocks"].get<long long>());
+    EXPECT_EQ(line, expected);
+    ReplayConfig config;
+    if (!run["capacity_blocks"].is_null())
+      config.capacity_blocks = run["capacity_blocks"].get<int>();
+    config.policy = *ParseEvictionPolicy(run["policy"].get<std::string>());
+    auto library = ReplayTrace(*trace, config);
+    ASSERT_TRUE(library.ok());
+    ExpectSameRun(run, *library);
+    ++rows;
+  }
+  EXPECT_EQ(rows, 6);
+  EXPECT_FALSE(std::getline(lines, line));
+  EXPECT_EQ(j["runs"][0]["capacity_blocks"], 100);
+  EXPECT_TRUE(j["runs"][5]["capacity_blocks"].is_null());
+  if (!GnuplotAvailable()) GTEST_SKIP() << "gnuplot is not installed: PNG not checked";
+  EXPECT_EQ(j["plot"], "written");
+  EXPECT_EQ(j["png"], dir.Path("out/replay_sweep.png"));
+  const std::string png = ReadFile(dir.Path("out/replay_sweep.png"));
+  ASSERT_GT(png.size(), 1000u);
+  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+TEST(KvctlReplayTest, SweepWithoutGnuplotWritesTheCsvAndFailsOnlyWithPlot) {
+  TempDir dir;
+  const std::vector<std::string> args =
+      With(kSmallSyntheticFlags,
+           {"--sweep=100,unlimited", "--policy", "lru", "--out-dir", dir.Path("out"), "--json"});
+  const std::vector<std::string> env = {"KVMESH_GNUPLOT=/nonexistent/gnuplot"};
+  const RunResult skipped = RunKvctl(args, env);
+  ASSERT_EQ(skipped.exit_code, 0) << skipped.err;
+  const Json j = Json::parse(skipped.out);
+  EXPECT_EQ(j["runs"].size(), 2u);  // --policy lru: one policy
+  EXPECT_TRUE(j["png"].is_null());
+  EXPECT_THAT(j["plot"].get<std::string>(), HasSubstr("skipped: cannot run /nonexistent/gnuplot"));
+  EXPECT_TRUE(fs::exists(dir.Path("out/replay_sweep.csv")));
+  EXPECT_FALSE(fs::exists(dir.Path("out/replay_sweep.png")));
+
+  const RunResult required = RunKvctl(With(args, {"--plot"}), env);
+  EXPECT_EQ(required.exit_code, 1);
+  EXPECT_THAT(required.err, HasSubstr("kvctl: --plot: cannot run /nonexistent/gnuplot"));
+  EXPECT_EQ(required.out, "");
+
+  const RunResult no_plot = RunKvctl(With(args, {"--no-plot"}));
+  EXPECT_EQ(no_plot.exit_code, 0) << no_plot.err;
+  EXPECT_EQ(Json::parse(no_plot.out)["plot"], "skipped (--no-plot)");
+}
+
+TEST(KvctlReplayTest, ProgressBarOnlyWhenAskedOffATerminal) {
+  const RunResult quiet = RunKvctl(kSmallSyntheticFlags);
+  EXPECT_EQ(quiet.err, "");
+  const RunResult bar = RunKvctl(With(kSmallSyntheticFlags, {"--progress"}));
+  ASSERT_EQ(bar.exit_code, 0) << bar.err;
+  EXPECT_THAT(bar.err, HasSubstr("240/240 requests"));
+  EXPECT_THAT(bar.err, HasSubstr("hit rate"));
+  EXPECT_EQ(bar.err.back(), '\n');
+}
+
+TEST(KvctlReplayTest, BadInputExitsTwoWithAMessage) {
+  TempDir dir;
+  const std::string bad = dir.Path("bad.jsonl");
+  std::ofstream(bad) << "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, "
+                        "\"hash_ids\": [1]}\n\n"
+                        "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": 1, "
+                        "\"hash_ids\": [1, -2]}\n";
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::string missing = dir.Path("missing.jsonl");
+  const std::vector<Case> cases = {
+      {{"replay", missing}, "trace file " + missing + " does not exist"},
+      {{"replay", bad}, bad + ":3: hash_ids must be an array of non-negative integers"},
+      {{"replay", bad, "--capacity-blocks", "5", "--capacity-bytes", "1GiB"},
+       "give at most one of --capacity-blocks and --capacity-bytes"},
+      {{"replay", "--synthetic", "--capacity-blocks", "0"}, "the capacity must be at least 1"},
+      {{"replay", "--synthetic", "--capacity-bytes", "1MiB"}, "holds no block"},
+      {{"replay", "--synthetic", "--policy", "fifo"}, "--policy: eviction policy 'fifo'"},
+      {{"replay"}, "give exactly one of TRACE.jsonl and --synthetic"},
+      {{"replay", bad, "--synthetic"}, "give exactly one of TRACE.jsonl and --synthetic"},
+      {{"replay", "--synthetic", "--tokens-per-block", "3"}, "tokens_per_block 3"},
+      {{"replay", "--synthetic", "--sweep=0,5"}, "--sweep: capacity 0"},
+      {{"replay", "--synthetic", "--sweep", "--capacity-blocks", "9"}, "--sweep gives the"},
+      {{"replay", "--synthetic", "--model", "llama-3-8b"}, "only apply with --capacity-bytes"},
+      {{"replay", "--synthetic", "--turn-blocks", "4-2"}, "--turn-blocks '4-2'"},
+      {{"replay", "--synthetic", "--priority-tail", "101"}, "tail_priority 101"},
+      {{"replay", "--synthetic", "--no-such-flag"}, "--no-such-flag"},
+  };
+  for (const Case& c : cases) {
+    const RunResult r = RunKvctl(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args.back() << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << c.args.back();
+    EXPECT_THAT(r.err, HasSubstr("kvctl: "));
+    EXPECT_EQ(r.out, "") << c.args.back();
+  }
+}
+
+}  // namespace
+}  // namespace kvmesh
