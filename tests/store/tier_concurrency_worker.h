@@ -22,8 +22,8 @@ inline constexpr int kThreads = 4;
 inline constexpr int kIds = 48;
 
 inline Shape SmallShape() {
-  Shape s = TierShapes()[2];  // nvfp4: data, block scales, global scale
-  s.geometry.num_layers = 1;
+  Shape s = TierShapes()[2];   // nvfp4: data, block scales, global scale
+  s.geometry.num_layers = 16;  // ~36 KiB bundles: copies long enough to overlap
   return s;
 }
 
