@@ -74,6 +74,21 @@ std::array<std::byte, kBundleChecksumBytes> Canonical(XXH128_hash_t h) {
 
 std::string HexOf(const void* p, std::size_t n) { return HexEncode(p, n); }
 
+// The component table field holding byte `offset` of an entry.
+std::string_view EntryFieldName(std::int64_t offset) {
+  if (offset == kEntKind) return "kind";
+  if (offset == kEntBits) return "bits";
+  if (offset == kEntOrder) return "order";
+  if (offset < kEntLayers) return "reserved";
+  if (offset < kEntKvFactor) return "layers";
+  if (offset < kEntHeads) return "kv_factor";
+  if (offset < kEntTokens) return "heads";
+  if (offset < kEntInner) return "tokens_per_block";
+  if (offset < kEntOffset) return "inner";
+  if (offset < kEntBytes) return "offset";
+  return "bytes";
+}
+
 // The payload size of component c (0 when absent).
 std::int64_t ComponentBytes(const KvPoolLayout& l, int c) {
   return l.components[c].present() ? l.components[c].BytesPerBlock() : 0;
@@ -154,21 +169,26 @@ Result<BundleCodec> BundleCodec::Create(const KvPoolLayout& layout, float pool_s
   }
   codec.bundle_bytes_ = offset + kBundleChecksumBytes;
 
-  // The header with a zero content id.
-  auto& h = codec.header_template_;
-  h.assign(codec.payload_offset_, std::byte{0});
+  codec.BuildHeaderTemplate();
+  return codec;
+}
+
+void BundleCodec::BuildHeaderTemplate() {
+  // The header of every bundle of this pool, with a zero content id.
+  auto& h = header_template_;
+  h.assign(payload_offset_, std::byte{0});
   Store<std::uint32_t>(&h[kOffMagic], kBundleMagic);
   Store<std::uint16_t>(&h[kOffVersion], kBundleVersion);
-  Store<std::uint16_t>(&h[kOffHeaderBytes], static_cast<std::uint16_t>(codec.payload_offset_));
-  Store<std::uint64_t>(&h[kOffTotalBytes], static_cast<std::uint64_t>(codec.bundle_bytes_));
-  std::memcpy(&h[kOffFingerprint], codec.fingerprint_.bytes.data(), 16);
-  Store<float>(&h[kOffPoolScale], codec.pool_scale_);
-  h[kOffDtype] = static_cast<std::byte>(layout.dtype);
-  h[kOffLayout] = static_cast<std::byte>(layout.order());
-  h[kOffNumComponents] = static_cast<std::byte>(codec.num_components_);
+  Store<std::uint16_t>(&h[kOffHeaderBytes], static_cast<std::uint16_t>(payload_offset_));
+  Store<std::uint64_t>(&h[kOffTotalBytes], static_cast<std::uint64_t>(bundle_bytes_));
+  std::memcpy(&h[kOffFingerprint], fingerprint_.bytes.data(), 16);
+  Store<float>(&h[kOffPoolScale], pool_scale_);
+  h[kOffDtype] = static_cast<std::byte>(layout_.dtype);
+  h[kOffLayout] = static_cast<std::byte>(layout_.order());
+  h[kOffNumComponents] = static_cast<std::byte>(num_components_);
   std::int64_t e = kBundleFixedHeaderBytes;
   for (int c = 0; c < kNumKvComponents; ++c) {
-    const auto& t = layout.components[c];
+    const auto& t = layout_.components[c];
     if (!t.present()) continue;
     h[e + kEntKind] = static_cast<std::byte>(c);
     h[e + kEntBits] = static_cast<std::byte>(t.bits);
@@ -178,12 +198,10 @@ Result<BundleCodec> BundleCodec::Create(const KvPoolLayout& layout, float pool_s
     Store<std::int32_t>(&h[e + kEntHeads], t.num_heads);
     Store<std::int32_t>(&h[e + kEntTokens], t.tokens_per_block);
     Store<std::int32_t>(&h[e + kEntInner], t.inner);
-    Store<std::uint64_t>(&h[e + kEntOffset],
-                         static_cast<std::uint64_t>(codec.component_offset_[c]));
-    Store<std::uint64_t>(&h[e + kEntBytes], static_cast<std::uint64_t>(ComponentBytes(layout, c)));
+    Store<std::uint64_t>(&h[e + kEntOffset], static_cast<std::uint64_t>(component_offset_[c]));
+    Store<std::uint64_t>(&h[e + kEntBytes], static_cast<std::uint64_t>(ComponentBytes(layout_, c)));
     e += kBundleTableEntryBytes;
   }
-  return codec;
 }
 
 Status BundleCodec::CheckView(const KvPoolView& view, std::int64_t block) const {
@@ -327,61 +345,25 @@ Status BundleCodec::VerifyStructure(std::span<const std::byte> bundle, const Con
     return Status::Corruption(
         StrCat("bundle content id ", HexOf(b + kOffContentId, 16), ", expected ", id.ToHex()));
   }
-  static constexpr const char* kEntryField[] = {"kind",
-                                                "bits",
-                                                "order",
-                                                "reserved",
-                                                "layers",
-                                                "layers",
-                                                "layers",
-                                                "layers",
-                                                "kv_factor",
-                                                "kv_factor",
-                                                "kv_factor",
-                                                "kv_factor",
-                                                "heads",
-                                                "heads",
-                                                "heads",
-                                                "heads",
-                                                "tokens_per_block",
-                                                "tokens_per_block",
-                                                "tokens_per_block",
-                                                "tokens_per_block",
-                                                "inner",
-                                                "inner",
-                                                "inner",
-                                                "inner",
-                                                "offset",
-                                                "offset",
-                                                "offset",
-                                                "offset",
-                                                "offset",
-                                                "offset",
-                                                "offset",
-                                                "offset",
-                                                "bytes",
-                                                "bytes",
-                                                "bytes",
-                                                "bytes",
-                                                "bytes",
-                                                "bytes",
-                                                "bytes",
-                                                "bytes"};
-  static_assert(std::size(kEntryField) == kBundleTableEntryBytes);
-  for (int i = 0; i < num_components_; ++i) {
-    const std::int64_t e = kBundleFixedHeaderBytes + i * kBundleTableEntryBytes;
-    for (std::int64_t f = 0; f < kBundleTableEntryBytes; ++f) {
-      if (b[e + f] != header_template_[e + f]) {
-        return Status::Corruption(StrCat("bundle component table entry ", i, " field ",
-                                         kEntryField[f], " differs from the pool's"));
-      }
-    }
-  }
+  KVMESH_RETURN_IF_ERROR(VerifyTable(b));
   // Whatever is left of the header: flags, reserved bytes, padding.
   if (std::memcmp(b, header_template_.data(), kOffContentId) != 0 ||
       std::memcmp(b + kOffFingerprint, header_template_.data() + kOffFingerprint,
                   payload_offset_ - kOffFingerprint) != 0) {
     return Status::Corruption("bundle header reserved bytes or padding are not zero");
+  }
+  return Status::Ok();
+}
+
+Status BundleCodec::VerifyTable(const std::byte* b) const {
+  for (int i = 0; i < num_components_; ++i) {
+    const std::int64_t e = kBundleFixedHeaderBytes + i * kBundleTableEntryBytes;
+    for (std::int64_t f = 0; f < kBundleTableEntryBytes; ++f) {
+      if (b[e + f] != header_template_[e + f]) {
+        return Status::Corruption(StrCat("bundle component table entry ", i, " field ",
+                                         EntryFieldName(f), " differs from the pool's"));
+      }
+    }
   }
   return Status::Ok();
 }

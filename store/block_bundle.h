@@ -122,7 +122,9 @@ class BundleCodec {
 
  private:
   BundleCodec() = default;
+  void BuildHeaderTemplate();
   Status VerifyStructure(std::span<const std::byte> bundle, const ContentId& id) const;
+  Status VerifyTable(const std::byte* bundle) const;  // REQUIRES: the size was checked
 
   KvPoolLayout layout_;
   float pool_scale_ = 1.0f;
