@@ -1,0 +1,279 @@
+// The CUDA append kernel's device code (kernels/cuda/append_kv.cuh), run on the CPU through the
+// host shims of cuda_emulation.h, against cpu::AppendKv byte for byte over whole pools. Smaller
+// versions of the GPU test's cases (append_kv_gpu_test.cu; the emulation is slow under sanitizers):
+// every dtype × layout × input dtype, dense and padded; head dims from 7 to 576 (one lane per row,
+// up to a warp looping over chunks); vector and element-wise paths; the indexer; rows with bad
+// block ids. Runs on every machine (label cpu): on machines without a GPU it is the only execution
+// the kernel's logic gets.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/kernels/cuda_emulation.h"
+// The device code, compiled as C++ against the shims above.
+#include "kernels/cuda/append_kv.cuh"
+#include "tests/kernels/append_kv_test_util.h"
+
+namespace kvmesh {
+namespace {
+
+using testing::AppendBatch;
+using testing::AppendInputs;
+using testing::EmulateGrid;
+using testing::HostPool;
+using testing::MakeAppendBatch;
+using testing::MakeArgs;
+using testing::MakeInputs;
+
+void EmulateRows(const cuda::AppendParams& p, ActDtype act, unsigned int grid) {
+  switch (act) {
+    case ActDtype::kFP32:
+      EmulateGrid(&cuda::AppendRowsKernel<float>, p, grid, 1, cuda::kThreads, true);
+      break;
+    case ActDtype::kBF16:
+      EmulateGrid(&cuda::AppendRowsKernel<Bf16>, p, grid, 1, cuda::kThreads, true);
+      break;
+    case ActDtype::kFP16:
+      EmulateGrid(&cuda::AppendRowsKernel<Fp16>, p, grid, 1, cuda::kThreads, true);
+      break;
+  }
+}
+
+void ExpectSamePool(const HostPool& actual, const HostPool& expected) {
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    const auto& x = actual.storage[c];
+    const auto& y = expected.storage[c];
+    ASSERT_EQ(x.size(), y.size());
+    const auto diff = std::mismatch(x.begin(), x.end(), y.begin());
+    EXPECT_TRUE(diff.first == x.end())
+        << "component " << KvComponentName(static_cast<KvComponent>(c)) << " differs at byte "
+        << (diff.first - x.begin());
+  }
+}
+
+struct Case {
+  KvPoolGeometry g;
+  ActDtype act = ActDtype::kBF16;
+  bool padded = false;
+  int layer = 0;
+  std::vector<int> tokens = {1, 3, 0, 7, 17, 65};
+  std::vector<int> starts = {0, 5, 4, 16, 9, 30};
+  int shift = 0;  // bytes the kernel's input is moved by (misalignment)
+  unsigned int grid = 1;
+};
+
+std::int64_t BlocksFor(const Case& c) {
+  std::int64_t n = 0;
+  const int tpb = c.g.tokens_per_block;
+  for (std::size_t i = 0; i < c.tokens.size(); ++i)
+    n += (c.starts[i] + c.tokens[i] + tpb - 1) / tpb;
+  return n + 3;
+}
+
+void RunCase(const Case& c) {
+  const KvPoolLayout layout = MakeKvPoolLayout(c.g).value();
+  const std::int64_t num_blocks = BlocksFor(c);
+  const AppendBatch b = MakeAppendBatch(c.tokens, c.starts, c.g.tokens_per_block, num_blocks, 3);
+  const float pool_scale = c.g.dtype == KvDtype::kNVFP4 ? 336.0f : 0.75f;
+  HostPool expected(layout, num_blocks, pool_scale, 4);
+  HostPool emulated(expected);
+  const AppendInputs in = MakeInputs(layout.data(), b, c.act, c.padded, 5);
+  ASSERT_TRUE(
+      cpu::AppendKv(MakeArgs(expected.view, b, in, c.act, c.layer, c.padded), nullptr).ok());
+
+  // The kernel's inputs, moved by `shift` bytes inside 16-byte aligned storage.
+  std::vector<std::uint64_t> storage[2];
+  AppendKvArgs a = MakeArgs(emulated.view, b, in, c.act, c.layer, c.padded);
+  const void** inputs[2] = {&a.k, &a.v};
+  for (int kv = 0; kv < layout.data().kv_factor; ++kv) {
+    storage[kv].resize(in.encoded[kv].size() / 8 + 4);
+    auto* dst = reinterpret_cast<std::uint8_t*>(storage[kv].data()) + c.shift;
+    std::memcpy(dst, in.encoded[kv].data(), in.encoded[kv].size());
+    *inputs[kv] = dst;
+  }
+  ASSERT_TRUE(CanImplementAppendKv(a).ok());
+  EmulateRows(cuda::MakeAppendKvParams(a), c.act, c.grid);
+  ExpectSamePool(emulated, expected);
+}
+
+KvPoolGeometry Geometry(KvDtype dtype, KvLayout layout, int heads, int tpb, int head_dim) {
+  KvPoolGeometry g;
+  g.dtype = dtype;
+  g.layout = layout;
+  g.num_layers = 2;
+  g.kv_factor = 2;
+  g.num_kv_heads = heads;
+  g.tokens_per_block = tpb;
+  g.head_dim = head_dim;
+  return g;
+}
+
+std::string Name(KvDtype d, KvLayout l, ActDtype a) {
+  return std::string(KvDtypeName(d)) + " " + std::string(KvLayoutName(l)) + " " +
+         std::string(ActDtypeName(a));
+}
+
+TEST(AppendKvEmulation, EveryFormatLayoutAndInput) {
+  for (int di = 0; di < kNumKvDtypes; ++di) {
+    for (KvLayout l : {KvLayout::kHND, KvLayout::kNHD}) {
+      for (ActDtype a : {ActDtype::kFP32, ActDtype::kBF16, ActDtype::kFP16}) {
+        for (bool padded : {false, true}) {
+          if (padded && a != ActDtype::kFP16) continue;  // one padded input type is enough here
+          const auto d = static_cast<KvDtype>(di);
+          SCOPED_TRACE(Name(d, l, a) + (padded ? " padded" : " dense"));
+          Case c;
+          c.g = Geometry(d, l, 3, 16, 32);
+          c.act = a;
+          c.padded = padded;
+          c.layer = 1;
+          RunCase(c);
+        }
+      }
+    }
+  }
+}
+
+TEST(AppendKvEmulation, HeadDims64To256VectorPathAndTwoBlocks) {
+  for (int head_dim : {64, 256}) {  // 128: the misaligned and indexer cases below
+    for (int di = 0; di < kNumKvDtypes; ++di) {
+      for (KvLayout l : {KvLayout::kHND, KvLayout::kNHD}) {
+        const auto d = static_cast<KvDtype>(di);
+        SCOPED_TRACE(Name(d, l, ActDtype::kBF16) + " head_dim " + std::to_string(head_dim));
+        Case c;
+        c.g = Geometry(d, l, 4, 16, head_dim);
+        c.tokens = {3, 20};  // small: the emulation is slow under sanitizers; the GPU test has more
+        c.starts = {15, 30};
+        c.grid = 2;
+        RunCase(c);
+      }
+    }
+  }
+}
+
+TEST(AppendKvEmulation, MlaLatent576) {
+  for (int di = 0; di < kNumKvDtypes; ++di) {
+    for (KvLayout l : {KvLayout::kHND, KvLayout::kNHD}) {
+      const auto d = static_cast<KvDtype>(di);
+      SCOPED_TRACE(Name(d, l, ActDtype::kFP32));
+      Case c;
+      c.g = Geometry(d, l, 1, 16, 576);
+      c.g.kv_factor = 1;
+      c.act = ActDtype::kFP32;
+      RunCase(c);
+    }
+  }
+}
+
+TEST(AppendKvEmulation, OddSizesAndMisalignedInputs) {
+  for (int head_dim : {7, 24, 40}) {
+    for (KvDtype d :
+         {KvDtype::kBF16, KvDtype::kFP16, KvDtype::kFP8, KvDtype::kFP8PerTensor, KvDtype::kINT8}) {
+      SCOPED_TRACE(Name(d, KvLayout::kNHD, ActDtype::kFP16) + " head_dim " +
+                   std::to_string(head_dim));
+      Case c;
+      c.g = Geometry(d, KvLayout::kNHD, 2, 4, head_dim);
+      c.act = ActDtype::kFP16;
+      RunCase(c);
+    }
+  }
+  for (int di = 0; di < kNumKvDtypes; ++di) {
+    for (int shift : {2, 8}) {
+      const auto d = static_cast<KvDtype>(di);
+      SCOPED_TRACE(Name(d, KvLayout::kHND, ActDtype::kBF16) + " shift " + std::to_string(shift));
+      Case c;
+      c.g = Geometry(d, KvLayout::kHND, 2, 16, 128);
+      c.shift = shift;
+      RunCase(c);
+    }
+  }
+}
+
+TEST(AppendKvEmulation, VectorPathIsChosenOnlyWhenAligned) {
+  const KvPoolLayout layout =
+      MakeKvPoolLayout(Geometry(KvDtype::kFP8, KvLayout::kHND, 8, 16, 128)).value();
+  alignas(16) static std::uint8_t buffer[64];
+  AppendKvArgs a;
+  a.pool.layout = layout;
+  a.pool.base[0] = buffer;
+  a.pool.base[1] = buffer;
+  a.act_dtype = ActDtype::kBF16;
+  a.k = buffer;
+  a.v = buffer;
+  cuda::AppendParams p = cuda::MakeAppendKvParams(a);
+  EXPECT_TRUE(p.vec);
+  EXPECT_EQ(p.group, 8);
+  EXPECT_EQ(p.chunks, 8);
+  a.v = buffer + 2;
+  EXPECT_FALSE(cuda::MakeAppendKvParams(a).vec);
+  a.v = buffer;
+  a.token_stride = 8 * 128 + 4;
+  EXPECT_FALSE(cuda::MakeAppendKvParams(a).vec);
+}
+
+TEST(AppendKvEmulation, IndexerFp8AndFp4) {
+  for (bool fp4 : {false, true}) {
+    for (int quant_block : {64, 128}) {
+      SCOPED_TRACE(std::string(fp4 ? "fp4" : "fp8") + " quant block " +
+                   std::to_string(quant_block));
+      KvPoolGeometry g = Geometry(KvDtype::kFP8, KvLayout::kHND, 1, 16, 576);
+      g.kv_factor = 1;
+      g.index_layers = 2;
+      g.index_head_dim = 256;
+      g.index_quant_block = quant_block;
+      g.index_fp4 = fp4;
+      const KvPoolLayout layout = MakeKvPoolLayout(g).value();
+      const AppendBatch b = MakeAppendBatch({1, 3, 7, 17, 65}, {0, 5, 16, 9, 30}, 16, 20, 6);
+      HostPool expected(layout, 20, 1.0f, 7);
+      HostPool emulated(expected);
+      const std::int64_t stride = 256 + 8;
+      const std::vector<std::uint8_t> encoded =
+          testing::EncodeActivations(testing::MakeInputValues(b.total_tokens() * 2, 128, 8),
+                                     b.total_tokens(), 256, stride, ActDtype::kBF16);
+      AppendIndexKArgs a;
+      a.pool = expected.view;
+      a.index_layer = 1;
+      a.num_seqs = b.num_seqs();
+      a.cu_tokens = b.cu_tokens.data();
+      a.start_pos = b.start_pos.data();
+      a.block_table = b.block_table.data();
+      a.max_blocks_per_seq = b.max_blocks_per_seq;
+      a.act_dtype = ActDtype::kBF16;
+      a.index_k = encoded.data();
+      a.token_stride = stride;
+      a.total_tokens = b.total_tokens();
+      ASSERT_TRUE(cpu::AppendIndexK(a, nullptr).ok());
+      a.pool = emulated.view;
+      EmulateRows(cuda::MakeAppendIndexKParams(a), a.act_dtype, 2);
+      ExpectSamePool(emulated, expected);
+    }
+  }
+}
+
+TEST(AppendKvEmulation, OutOfRangeRowsAreSkipped) {
+  const KvPoolLayout layout =
+      MakeKvPoolLayout(Geometry(KvDtype::kFP8, KvLayout::kHND, 2, 16, 64)).value();
+  AppendBatch b = MakeAppendBatch({9, 8, 3, 4}, {20, 2, 0, 0}, 16, 8, 9);
+  b.block_table[1 * b.max_blocks_per_seq + 0] = 9;  // beyond the 8 blocks the view declares
+  b.block_table[2 * b.max_blocks_per_seq + 0] = 1 << 20;
+  b.start_pos[3] = -40;
+  HostPool big(layout, 16, 1.0f, 10);  // blocks 8..15 are a guard
+  HostPool expected(big);
+  HostPool emulated(big);
+  expected.view.num_blocks = emulated.view.num_blocks = 8;
+  const AppendInputs in = MakeInputs(layout.data(), b, ActDtype::kBF16, false, 11);
+  AppendBatch only0 = b;
+  only0.cu_tokens.resize(2);
+  only0.start_pos.resize(1);
+  only0.block_table.resize(b.max_blocks_per_seq);
+  ASSERT_TRUE(
+      cpu::AppendKv(MakeArgs(expected.view, only0, in, ActDtype::kBF16, 0, false), nullptr).ok());
+  const AppendKvArgs a = MakeArgs(emulated.view, b, in, ActDtype::kBF16, 0, false);
+  ASSERT_TRUE(CanImplementAppendKv(a).ok());
+  EmulateRows(cuda::MakeAppendKvParams(a), ActDtype::kBF16, 2);
+  ExpectSamePool(emulated, expected);
+}
+
+}  // namespace
+}  // namespace kvmesh
