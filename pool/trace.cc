@@ -160,11 +160,16 @@ void BlockTokens(std::uint64_t id, std::span<Token> out) {
   for (std::size_t i = 0; i < head; ++i) {
     out[i] = static_cast<Token>((mixed >> (24 * i)) & kMask);
   }
+  // The rest: two tokens per splitmix64 output (bits 0-23 and 32-55).
   std::uint64_t state = mixed;
-  for (std::size_t i = head; i < out.size(); ++i) {
+  std::size_t i = head;
+  for (; i + 1 < out.size(); i += 2) {
     state += kGolden;
-    out[i] = static_cast<Token>(Mix64(state) & kMask);
+    const std::uint64_t v = Mix64(state);
+    out[i] = static_cast<Token>(v & kMask);
+    out[i + 1] = static_cast<Token>((v >> 32) & kMask);
   }
+  if (i < out.size()) out[i] = static_cast<Token>(Mix64(state + kGolden) & kMask);
 }
 
 Status SyntheticTraceOptions::Validate() const {

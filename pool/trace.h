@@ -84,7 +84,8 @@ Status WriteTrace(const std::string& path, std::span<const TraceRequest> trace);
 // The tokens of the block with trace id `id`: out.size() tokens in [0, kTraceVocabSize), a pure
 // function of (id, position). The first min(3, out.size()) tokens are a bijective mix of the id
 // cut into 24-bit pieces, so distinct ids always give distinct blocks when out.size() >= 3 (and
-// for ids < 2^48 when out.size() == 2); the rest are splitmix64 of (id, position).
+// for ids < 2^48 when out.size() == 2); the rest come from a splitmix64 stream seeded
+// by the id (two tokens per output).
 // REQUIRES: !out.empty().
 void BlockTokens(std::uint64_t id, std::span<Token> out);
 
