@@ -51,6 +51,7 @@ void RocksDbTier::EraseFromIndex(const Key& key) {
   if (it == index_.end()) return;
   if (it->second.state == EntryState::kReady) {
     order_.erase({it->second.priority, it->second.seq, key.pool, key.id});
+    ready_bytes_ -= it->second.bytes;
   }
   dirty_.erase(key);
   used_bytes_ -= it->second.bytes;
@@ -141,6 +142,7 @@ Status RocksDbTier::Commit(const PoolFamilies& p, const ContentId& id, int prior
     } else if (mine) {
       it->second.state = EntryState::kReady;
       order_.insert({it->second.priority, it->second.seq, key.pool, key.id});
+      ready_bytes_ += bytes;
     } else {
       erased_meanwhile = it == index_.end();
     }
@@ -328,7 +330,7 @@ TierStats RocksDbTier::stats() const {
   s.disabled = disabled();
   MutexLock lock(&mu_);
   s.entries = static_cast<std::int64_t>(order_.size());
-  s.used_bytes = used_bytes_ - writing_bytes_;
+  s.used_bytes = ready_bytes_;
   return s;
 }
 

@@ -194,8 +194,9 @@ class RocksDbTier final : public BlockTier {
   std::unordered_map<Key, Entry, KeyHash> index_ KVMESH_GUARDED_BY(mu_);
   std::set<OrderKey> order_ KVMESH_GUARDED_BY(mu_);                // ready entries only
   std::unordered_set<Key, KeyHash> dirty_ KVMESH_GUARDED_BY(mu_);  // sequence not yet persisted
-  std::int64_t used_bytes_ KVMESH_GUARDED_BY(mu_) = 0;
-  std::int64_t writing_bytes_ KVMESH_GUARDED_BY(mu_) = 0;
+  std::int64_t used_bytes_ KVMESH_GUARDED_BY(mu_) = 0;     // entries in the index, any state
+  std::int64_t ready_bytes_ KVMESH_GUARDED_BY(mu_) = 0;    // ready entries (stats().used_bytes)
+  std::int64_t writing_bytes_ KVMESH_GUARDED_BY(mu_) = 0;  // puts in flight, erased or not
   std::uint64_t next_seq_ KVMESH_GUARDED_BY(mu_) = 1;
   std::uint64_t next_generation_ KVMESH_GUARDED_BY(mu_) = 1;
   std::string disabled_reason_ KVMESH_GUARDED_BY(mu_);

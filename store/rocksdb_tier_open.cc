@@ -193,6 +193,8 @@ Status RocksDbTier::LoadIndex() {
   std::vector<Key> bad;
   std::uint64_t max_seq = 0;
   {
+    // Open is single-threaded: holding the lock across the scan (I/O) blocks no one; it is taken
+    // for the annotations.
     MutexLock lock(&mu_);
     for (const auto& p : pools_) {
       rocksdb::ReadOptions ro;
@@ -220,6 +222,7 @@ Status RocksDbTier::LoadIndex() {
         index_.emplace(key, e);
         order_.insert({e.priority, e.seq, key.pool, key.id});
         used_bytes_ += e.bytes;
+        ready_bytes_ += e.bytes;
       }
       if (!it->status().ok()) {
         KVMESH_LOG_ERROR("rocksdb tier index scan failed path {} error {}", options_.path,
