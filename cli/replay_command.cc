@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <utility>
@@ -241,19 +242,26 @@ Status RunReplay(const ReplayOptions& options, std::ostream& out, std::ostream& 
   if (!options.sweep && (options.plot || options.no_plot || !options.sweep_capacities.empty())) {
     return Status::InvalidArgument("--plot and --no-plot apply to --sweep only");
   }
-  KVMESH_ASSIGN_OR_RETURN(ReplayConfig config, MakeConfig(options));
-  KVMESH_ASSIGN_OR_RETURN(const ReplayCapacity capacity, ResolveCapacity(options));
+  ReplayOptions o = options;
+  // `kvctl replay --sweep TRACE.jsonl`: CLI11 gives the file to --sweep; it is the trace.
+  std::error_code ec;
+  if (o.sweep && o.trace.empty() && !o.synthetic && !o.sweep_capacities.empty() &&
+      std::filesystem::is_regular_file(o.sweep_capacities, ec)) {
+    o.trace = std::exchange(o.sweep_capacities, std::string());
+  }
+  KVMESH_ASSIGN_OR_RETURN(ReplayConfig config, MakeConfig(o));
+  KVMESH_ASSIGN_OR_RETURN(const ReplayCapacity capacity, ResolveCapacity(o));
   config.capacity_blocks = capacity.blocks;
   ReplaySource source;
-  KVMESH_ASSIGN_OR_RETURN(const std::vector<TraceRequest> trace, LoadTrace(options, &source));
-  const bool show_progress = !options.no_progress && (options.progress || err_is_tty);
+  KVMESH_ASSIGN_OR_RETURN(const std::vector<TraceRequest> trace, LoadTrace(o, &source));
+  const bool show_progress = !o.no_progress && (o.progress || err_is_tty);
   std::ostream* progress_stream = show_progress ? &err : nullptr;
-  if (options.sweep) {
-    return RunSweep(options, trace, source, config, progress_stream, out);
+  if (o.sweep) {
+    return RunSweep(o, trace, source, config, progress_stream, out);
   }
   KVMESH_ASSIGN_OR_RETURN(const ReplayRun run,
                           RunOnce(trace, config, capacity, progress_stream, ""));
-  if (options.json) {
+  if (o.json) {
     PrintReplayJson(source, run, out);
   } else {
     PrintReplayText(source, run, out);

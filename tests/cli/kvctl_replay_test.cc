@@ -209,6 +209,11 @@ TEST(KvctlReplayTest, WrittenTraceReplaysToTheSameNumbers) {
   }
   const Json limited = RunJson({"replay", path, "--limit", "10"});
   EXPECT_EQ(limited["requests"], 10);
+  // `--sweep TRACE.jsonl`: the file is the trace, the capacities the default list.
+  const Json sweep = RunJson({"replay", "--sweep", path, "--policy", "lru", "--no-plot",
+                              "--out-dir", dir.Path("out"), "--limit", "20"});
+  EXPECT_EQ(sweep["trace"]["path"], path);
+  EXPECT_EQ(sweep["runs"].size(), 6u);
 }
 
 TEST(KvctlReplayTest, CapacityBytesConvertsAtOneBlockOfTheModel) {
