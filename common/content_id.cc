@@ -31,6 +31,22 @@ Result<ContentId> ContentId::FromHex(std::string_view hex) {
   return id;
 }
 
+namespace {
+
+// SHA-256 fetched once per process: initialising a context with an already fetched algorithm
+// takes no lock and allocates nothing, unlike EVP_sha256(), which is looked up on every init.
+const EVP_MD* FetchedSha256() {
+  static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+  KVMESH_CHECK(md != nullptr) << "EVP_MD_fetch(SHA256)";
+  return md;
+}
+
+void Begin(EVP_MD_CTX* ctx) {
+  KVMESH_CHECK(EVP_DigestInit_ex2(ctx, FetchedSha256(), nullptr) == 1) << "EVP_DigestInit_ex2";
+}
+
+}  // namespace
+
 struct Sha256::Impl {
   EVP_MD_CTX* ctx = nullptr;
 };
@@ -38,7 +54,7 @@ struct Sha256::Impl {
 Sha256::Sha256() : impl_(std::make_unique<Impl>()) {
   impl_->ctx = EVP_MD_CTX_new();
   KVMESH_CHECK(impl_->ctx != nullptr) << "EVP_MD_CTX_new";
-  KVMESH_CHECK(EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr) == 1) << "EVP_DigestInit_ex";
+  Begin(impl_->ctx);
 }
 
 Sha256::~Sha256() { EVP_MD_CTX_free(impl_->ctx); }

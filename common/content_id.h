@@ -6,8 +6,8 @@
 // be planted by choosing tokens, unlike a 64-bit or non-cryptographic id. Inside the process the
 // prefix tree still compares full keys.
 //
-// Sha256 is an incremental hasher. Thread safety: ContentId is a value; a Sha256 object is
-// externally synchronised.
+// Sha256 is an incremental hasher; reusing one object (Finish resets it) costs no allocation.
+// Thread safety: ContentId is a value; a Sha256 object is externally synchronised.
 #pragma once
 
 #include <array>

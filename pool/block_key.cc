@@ -1,7 +1,5 @@
 #include "pool/block_key.h"
 
-#include <openssl/evp.h>
-
 #include <bit>
 #include <cstring>
 
@@ -48,40 +46,6 @@ void PutDomain(H& h, const ContentId& namespace_digest, const CacheDomain& domai
   h.Update(namespace_digest.bytes.data(), namespace_digest.bytes.size());
   PutString(h, domain.salt);
   h.UpdateValue(domain.lora_id);
-}
-
-// SHA-256 fetched once: EVP_DigestInit_ex2 with an already fetched algorithm reuses the context's
-// state instead of looking the algorithm up (a lock and an allocation) on every hash.
-const EVP_MD* FetchedSha256() {
-  static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-  KVMESH_CHECK(md != nullptr) << "EVP_MD_fetch(SHA256)";
-  return md;
-}
-
-// Adapts an EVP context to the Update/UpdateValue interface of the encoders.
-struct EvpSink {
-  EVP_MD_CTX* ctx;
-  void Update(const void* data, std::size_t size) {
-    KVMESH_CHECK(EVP_DigestUpdate(ctx, data, size) == 1) << "EVP_DigestUpdate";
-  }
-  template <typename T>
-  void UpdateValue(const T& value) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    Update(&value, sizeof(value));
-  }
-};
-
-void BeginSha256(EVP_MD_CTX* ctx) {
-  KVMESH_CHECK(EVP_DigestInit_ex2(ctx, FetchedSha256(), nullptr) == 1) << "EVP_DigestInit_ex2";
-}
-
-ContentId FinishSha256(EVP_MD_CTX* ctx) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  KVMESH_CHECK(EVP_DigestFinal_ex(ctx, digest, &len) == 1 && len == 32) << "EVP_DigestFinal_ex";
-  ContentId id;
-  std::memcpy(id.bytes.data(), digest, ContentId::kBytes);
-  return id;
 }
 
 constexpr std::uint64_t kMul1 = 0x9E3779B97F4A7C15ULL;
@@ -134,25 +98,15 @@ void MmRefsForBlock(std::span<const MultimodalItem> items, std::int64_t block_be
   }
 }
 
-ContentIdHasher::ContentIdHasher() : ctx_(EVP_MD_CTX_new()) {
-  KVMESH_CHECK(ctx_ != nullptr) << "EVP_MD_CTX_new";
-}
-
-ContentIdHasher::~ContentIdHasher() { EVP_MD_CTX_free(ctx_); }
-
 ContentId ContentIdHasher::ForBlock(const ContentId& parent, const ContentId& domain,
                                     std::span<const Token> tokens, std::span<const BlockMmRef> mm) {
-  BeginSha256(ctx_);
-  EvpSink sink{ctx_};
-  PutBlock(sink, parent, domain, tokens, mm);
-  return FinishSha256(ctx_);
+  PutBlock(sha_, parent, domain, tokens, mm);
+  return sha_.FinishContentId();
 }
 
 ContentId ContentIdHasher::ForDomain(const ContentId& namespace_digest, const CacheDomain& domain) {
-  BeginSha256(ctx_);
-  EvpSink sink{ctx_};
-  PutDomain(sink, namespace_digest, domain);
-  return FinishSha256(ctx_);
+  PutDomain(sha_, namespace_digest, domain);
+  return sha_.FinishContentId();
 }
 
 ContentId BlockContentId(const ContentId& parent, const ContentId& domain,

@@ -37,8 +37,6 @@
 #include "kernels/kv_format.h"
 #include "pool/block_ids.h"
 
-struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
-
 namespace kvmesh {
 
 struct KeyNamespace {
@@ -91,22 +89,16 @@ ContentId DomainContentId(const ContentId& namespace_digest, const CacheDomain& 
 void MmRefsForBlock(std::span<const MultimodalItem> items, std::int64_t block_begin,
                     std::int64_t length, std::vector<BlockMmRef>* out);
 
-// Computes content ids with one OpenSSL context and a SHA-256 implementation fetched once per
-// process, so that a hash takes no lock and allocates nothing (the generic Sha256 re-fetches the
-// algorithm on every reset). Produces the same ids as the one-shot functions.
+// Computes content ids with one reused Sha256 context, so that a hash allocates nothing. Produces
+// the same ids as the one-shot functions. Externally synchronised.
 class ContentIdHasher {
  public:
-  ContentIdHasher();
-  ~ContentIdHasher();
-  ContentIdHasher(const ContentIdHasher&) = delete;
-  ContentIdHasher& operator=(const ContentIdHasher&) = delete;
-
   ContentId ForBlock(const ContentId& parent, const ContentId& domain,
                      std::span<const Token> tokens, std::span<const BlockMmRef> mm);
   ContentId ForDomain(const ContentId& namespace_digest, const CacheDomain& domain);
 
  private:
-  evp_md_ctx_st* ctx_;
+  Sha256 sha_;
 };
 
 // One-shot form of ContentIdHasher::ForBlock.
