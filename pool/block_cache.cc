@@ -23,7 +23,7 @@ BlockCache::BlockCache(std::int32_t tokens_per_block, std::vector<CachePoolParam
   pools_.reserve(pools.size());
   for (const CachePoolParams& params : pools) {
     PoolState& s = pools_.emplace_back(
-        PoolState{params, BlockAllocator(params.num_blocks), {}, nullptr, 0, 0, {}});
+        PoolState{params, BlockAllocator(params.num_blocks), {}, nullptr, 0, 0, 0, {}});
     s.slots.resize(static_cast<std::size_t>(s.allocator.id_space()));
     if (params.window_tokens > 0) {
       s.policy = MakeEvictionPolicy(policy);
@@ -40,22 +40,48 @@ std::int64_t BlockCache::evictable_blocks(int p) const {
 
 std::int64_t BlockCache::Available(int p) const {
   if (unlimited(p)) return std::numeric_limits<std::int64_t>::max();
-  return free_blocks(p) + evictable_blocks(p);
+  return free_blocks(p) + evictable_blocks(p) + pools_[p].num_moving_out;
+}
+
+void BlockCache::ReclaimMovedOut() {
+  if (moves_ == nullptr || !moves_->has_completed()) return;
+  moved_scratch_.clear();
+  moves_->TakeCompleted(&moved_scratch_);
+  for (const MovedOutBlock& m : moved_scratch_) {
+    PoolState& s = pools_[m.pool.value];
+    BlockSlot& sl = s.slots[m.block.value];
+    KVMESH_CHECK(sl.moving_out && sl.allocated && sl.pins == 0 && sl.node == kNoNode)
+        << "completed move of block " << m.block.value << " of pool " << m.pool.value
+        << " that is not moving out";
+    sl.moving_out = false;
+    sl.allocated = false;
+    --s.num_moving_out;
+    s.allocator.Free(m.block);
+  }
+  moved_scratch_.clear();
 }
 
 BlockId BlockCache::Allocate(int p) {
   PoolState& s = pools_[p];
   std::optional<BlockId> b = s.allocator.Allocate();
-  if (!b) {
-    if (is_window(p)) {
-      KVMESH_CHECK(s.policy->size() > 0) << "pool " << p << " has nothing to evict";
-      EvictWindowVictim(p);
-    } else {
-      KVMESH_CHECK(tree_policy_->size() > 0) << "pool " << p << " has nothing to evict";
-      EvictTreeVictim();
-    }
+  while (!b) {
+    ReclaimMovedOut();
     b = s.allocator.Allocate();
-    KVMESH_CHECK(b.has_value()) << "pool " << p << " eviction freed no block";
+    if (b) break;
+    const bool can_evict = is_window(p) ? s.policy->size() > 0 : tree_policy_->size() > 0;
+    // Another victim rather than a wait, while few blocks of this pool are moving out.
+    if (can_evict && (s.num_moving_out == 0 || s.num_moving_out < max_moving_out_)) {
+      if (is_window(p)) {
+        EvictWindowVictim(p);
+      } else {
+        EvictTreeVictim();
+      }
+      b = s.allocator.Allocate();
+      continue;
+    }
+    KVMESH_CHECK(s.num_moving_out > 0 && moves_ != nullptr)
+        << "pool " << p << " has nothing to evict";
+    moves_->AwaitCompletion();  // with the manager's lock held: see "Moving out" in the header
   }
   if (b->value >= static_cast<std::int64_t>(s.slots.size())) {
     s.slots.resize(std::max<std::size_t>(b->value + 1, s.slots.size() * 2));
@@ -169,9 +195,20 @@ void BlockCache::DropBlock(NodeRef n, int p, EvictionReason reason) {
   BlockSlot& sl = s.slots[b.value];
   KVMESH_DCHECK(sl.node == n && sl.pins == 0);
   const TreeNode& node = tree_.node(n);
+  bool deferred = false;
   if (listener_ != nullptr) {
-    listener_->OnEvict(EvictedBlock{PoolId{p}, b, node.content_id, tree_.parent_content_id(n),
-                                    node.priority, tree_.tokens_per_block(), reason});
+    const EvictedBlock evicted{PoolId{p},       b,
+                               node.content_id, tree_.parent_content_id(n),
+                               node.priority,   tree_.tokens_per_block(),
+                               reason};
+    if (reason == EvictionReason::kEvicted && moves_ != nullptr) {
+      MoveOutTicket ticket = moves_->Issue(PoolId{p}, b);
+      listener_->OnEvictDeferrable(evicted, ticket);
+      deferred = !ticket.valid();  // taken (or completed already: reclaimed later)
+      if (!deferred) moves_->Withdraw(ticket);
+    } else {
+      listener_->OnEvict(evicted);
+    }
   }
   Emit(KvEventType::kRemoved, p, b, n);
   if (s.policy && s.policy->Contains(n)) s.policy->Erase(n);
@@ -181,8 +218,14 @@ void BlockCache::DropBlock(NodeRef n, int p, EvictionReason reason) {
   tree_.set_block(n, p, kNoBlock);
   if (reason == EvictionReason::kEvicted) {
     ++s.counters.evicted_blocks;
-    sl.allocated = false;
-    s.allocator.Free(b);
+    if (deferred) {
+      sl.moving_out = true;  // stays allocated until its ticket completes
+      ++s.num_moving_out;
+      ++s.counters.moved_out_blocks;
+    } else {
+      sl.allocated = false;
+      s.allocator.Free(b);
+    }
   } else {
     ++s.counters.claimed_blocks;
   }

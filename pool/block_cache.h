@@ -10,9 +10,21 @@
 //                                                           (Claim gives a cached block back as
 //                                                           private)
 //   cached    yes      >= 1  no                             last Unpin -> cached, pins 0
-//   cached    yes      0     window pool: always;           Pin -> pins >= 1; eviction -> free;
-//                            full pools: when its node is   Claim -> private
-//                            a leaf (see below)
+//   cached    yes      0     window pool: always;           Pin -> pins >= 1; eviction -> free,
+//                            full pools: when its node is   or -> moving out when the listener
+//                            a leaf (see below)             takes the ticket; Claim -> private
+//   moving    no       0     no (not on the free list       ticket completed, then reclaimed
+//   out                      either: not allocatable)       (ReclaimMovedOut) -> free
+//
+// Moving out (deferred reuse, pool/move_out.h; added for the tiers): the eviction listener took
+// the victim's MoveOutTicket to copy its bytes asynchronously. The block left the tree (its
+// content id can no longer be matched or pinned) but keeps its bytes until the ticket completes.
+// Available(p) counts moving-out blocks (they will be free), so an admission planned against
+// Available() always completes: Allocate, finding no free block, first takes completed moves back
+// (ReclaimMovedOut), then evicts further victims while fewer than max_moving_out blocks of the
+// pool are moving out (it prefers other victims), then waits for a move to complete
+// (MoveOutQueue::AwaitCompletion, with the manager's lock held: completions never need that lock,
+// so the wait lasts one copy). Listeners that never take tickets see no change.
 //
 // Pools: a full-attention pool (window 0) needs a block for every block of a reused prefix; a
 // sliding-window pool only for the blocks inside the window at the end of the reused prefix.
@@ -29,8 +41,8 @@
 //   - A window pool evicts any unpinned block of its own, leaf or not: a node without its window
 //     block still serves longer prefixes. A node left with no block and no child is removed.
 //   A node is "removable" when nothing in its subtree is pinned; for a full pool, free blocks +
-//   removable nodes is exactly how many blocks eviction can supply (Available()). For a window
-//   pool, it is free blocks + unpinned cached blocks of that pool.
+//   removable nodes is exactly how many blocks eviction can supply (Available(), which adds the
+//   blocks moving out). For a window pool, it is free blocks + unpinned cached blocks of that pool.
 //
 // Use stamps are a logical clock (++ each time a cached block's pins drop to 0); the injected wall
 // clock only drives retention expiry (ProcessExpiries). Events are appended to pending_events()
@@ -64,6 +76,8 @@ struct CachePoolCounters {
   std::uint64_t stored_blocks = 0;
   std::uint64_t evicted_blocks = 0;
   std::uint64_t claimed_blocks = 0;
+  std::uint64_t moved_out_blocks = 0;  // evictions deferred by a ticket (also in evicted_blocks)
+  std::uint64_t restored_blocks = 0;   // blocks stored by BlockManager::PublishRestore
   std::array<std::int64_t, kMaxPriority + 1> cached_by_priority{};
 };
 
@@ -81,6 +95,12 @@ class BlockCache {
   EvictionPolicyKind policy_kind() const { return policy_kind_; }
 
   void set_listener(EvictionListener* listener) { listener_ = listener; }
+  // Where tickets of deferred evictions come from and complete; null = never deferred.
+  // max_moving_out: see "Moving out" above (>= 0).
+  void set_move_out(MoveOutQueue* queue, std::int64_t max_moving_out) {
+    moves_ = queue;
+    max_moving_out_ = max_moving_out;
+  }
   std::vector<KvEvent>& pending_events() { return pending_events_; }
 
   // --- capacity
@@ -89,16 +109,22 @@ class BlockCache {
   std::int64_t free_blocks(int p) const { return pools_[p].allocator.num_free(); }
   // Cached blocks eviction could free now or after evicting their descendants.
   std::int64_t evictable_blocks(int p) const;
-  // How many Allocate(p) calls can succeed in a row (INT64_MAX when unlimited).
+  // How many Allocate(p) calls can succeed in a row (INT64_MAX when unlimited): free blocks,
+  // evictable blocks and blocks moving out.
   std::int64_t Available(int p) const;
   std::int64_t cached_blocks(int p) const { return pools_[p].num_cached; }
   std::int64_t pinned_blocks(int p) const { return pools_[p].num_pinned; }
   std::int64_t allocated_blocks(int p) const { return pools_[p].allocator.num_allocated(); }
+  // Blocks moving out now (allocated, in no tree, awaiting their ticket).
+  std::int64_t moving_out_blocks(int p) const { return pools_[p].num_moving_out; }
+  // Frees the blocks whose moves completed. Cheap when none did.
+  void ReclaimMovedOut();
   const CachePoolCounters& counters(int p) const { return pools_[p].counters; }
+  void CountRestored(int p) { ++pools_[p].counters.restored_blocks; }
 
   // --- blocks
-  // A private block with one pin (the caller's), evicting as the rules above say.
-  // REQUIRES: Available(p) > 0.
+  // A private block with one pin (the caller's), evicting as the rules above say (and waiting for
+  // a move out to complete when only moving-out blocks remain). REQUIRES: Available(p) > 0.
   BlockId Allocate(int p);
   void Pin(int p, BlockId b);
   // Drops one pin. A private block is freed at 0 pins; a cached one becomes evictable.
@@ -141,6 +167,7 @@ class BlockCache {
     std::uint32_t pins = 0;
     NodeRef node = kNoNode;
     bool allocated = false;
+    bool moving_out = false;  // allocated, no node, no pins: awaiting its ticket
   };
   struct PoolState {
     CachePoolParams params;
@@ -149,6 +176,7 @@ class BlockCache {
     std::unique_ptr<EvictionPolicy> policy;  // window pools: their unpinned cached blocks
     std::int64_t num_cached = 0;
     std::int64_t num_pinned = 0;  // blocks with pins > 0
+    std::int64_t num_moving_out = 0;
     CachePoolCounters counters;
   };
   struct Expiry {
@@ -161,7 +189,8 @@ class BlockCache {
   BlockSlot& slot(int p, BlockId b) { return pools_[p].slots[b.value]; }
   void EvictTreeVictim();
   void EvictWindowVictim(int p);
-  // Drops the node's block in pool p from the cache (listener, event, counters) and frees it.
+  // Drops the node's block in pool p from the cache (listener, event, counters) and frees it, or
+  // leaves it moving out when the listener took its ticket.
   void DropBlock(NodeRef n, int p, EvictionReason reason);
   // Unlinks a node without blocks, pins or children; then prunes blockless, childless ancestors.
   void RemoveNode(NodeRef n);
@@ -180,6 +209,9 @@ class BlockCache {
   std::uint64_t stamp_ = 0;
   std::vector<Expiry> expiries_;  // min-heap on at_ns; stale entries skipped lazily
   EvictionListener* listener_ = nullptr;
+  MoveOutQueue* moves_ = nullptr;
+  std::int64_t max_moving_out_ = 0;
+  std::vector<MovedOutBlock> moved_scratch_;
   std::vector<KvEvent> pending_events_;
 };
 

@@ -88,11 +88,18 @@ Status BlockCache::CheckInvariants() const {
   }
   for (int p = 0; p < num_pools(); ++p) {
     const PoolState& s = pools_[p];
-    std::int64_t allocated = 0, cached = 0, pinned = 0, unpinned_cached = 0;
+    std::int64_t allocated = 0, cached = 0, pinned = 0, unpinned_cached = 0, moving = 0;
     for (const BlockSlot& sl : s.slots) {
       if (!sl.allocated) {
-        KVMESH_INVARIANT(sl.pins == 0 && sl.node == kNoNode, "free block of pool ", p,
+        KVMESH_INVARIANT(sl.pins == 0 && sl.node == kNoNode && !sl.moving_out,
+                         "free block of pool ", p, " has pins, a node or a move");
+        continue;
+      }
+      if (sl.moving_out) {
+        KVMESH_INVARIANT(sl.pins == 0 && sl.node == kNoNode, "moving-out block of pool ", p,
                          " has pins or a node");
+        ++allocated;
+        ++moving;
         continue;
       }
       ++allocated;
@@ -108,6 +115,8 @@ Status BlockCache::CheckInvariants() const {
     KVMESH_INVARIANT(allocated == s.allocator.num_allocated(), "pool ", p, " allocated ", allocated,
                      " vs allocator ", s.allocator.num_allocated());
     KVMESH_INVARIANT(cached == s.num_cached, "pool ", p, " cached count");
+    KVMESH_INVARIANT(moving == s.num_moving_out, "pool ", p, " moving-out count ", moving, " vs ",
+                     s.num_moving_out);
     KVMESH_INVARIANT(pinned == s.num_pinned, "pool ", p, " pinned count");
     if (s.policy) {
       KVMESH_INVARIANT(static_cast<std::int64_t>(s.policy->size()) == unpinned_cached, "pool ", p,

@@ -26,6 +26,10 @@ Status ValidateConfig(const BlockManagerConfig& c, const BlockManagerEnv& env) {
                                           " differs from tokens_per_block ", t));
   }
   if (c.event_capacity == 0) return Status::InvalidArgument("event_capacity must be positive");
+  if (c.max_moving_out_blocks < 0) {
+    return Status::InvalidArgument(
+        StrCat("max_moving_out_blocks ", c.max_moving_out_blocks, " is negative"));
+  }
   for (std::size_t p = 0; p < c.pools.size(); ++p) {
     const BlockPoolConfig& pool = c.pools[p];
     if (pool.num_blocks != kUnlimitedBlocks &&
@@ -174,9 +178,11 @@ BlockManager::BlockManager(BlockManagerConfig config, BlockManagerEnv env, std::
       pool_counters_(config_.pools.size()) {
   MutexLock lock(&mu_);
   cache_.set_listener(env_.eviction_listener);
+  cache_.set_move_out(&moves_, config_.max_moving_out_blocks);
 }
 
 BlockManager::~BlockManager() {
+  moves_.AwaitAllCompleted();  // the listener's copies may still read blocks of the pools
   MutexLock lock(&mu_);
   KVMESH_CHECK(external_pins_ == 0)
       << external_pins_ << " block pins outstanding when the block manager is destroyed";

@@ -56,6 +56,18 @@
 //                                      at their priority), private ones are freed.
 //   LookupPrefix(tokens, options)      how many tokens AddSequence would reuse now; read-only.
 //
+// ---- For the tiers (added with store/'s offload and onboard; additive, the calls above behave as
+//      before when they are not used)
+//   Deferred eviction: an EvictionListener may take a victim's MoveOutTicket (eviction_listener.h,
+//     pool/move_out.h) and copy the block asynchronously; the block is "moving out" — out of the
+//     tree, not allocatable — until the ticket completes. An allocation that finds no free block
+//     evicts other victims while fewer than config.max_moving_out_blocks blocks of the pool are
+//     moving out, then waits (holding the lock; a completion never needs it) for one to complete.
+//     Available capacity counts moving-out blocks, so admissions do not fail because of them.
+//   Restore: PlanRestore / ReserveRestore / PublishRestore (block_restore.h) put blocks copied from
+//     a tier into the pool, hidden until published; AddSequence then reuses them like any cached
+//     block (reused_tokens counts them).
+//
 // ---- Errors (a failed call changes nothing: no pins, blocks or sequences are left behind)
 //   kInvalidArgument    empty tokens, a priority outside 0..100, retention ranges empty, out of
 //                       order or overlapping, multimodal items out of order or outside the
@@ -81,9 +93,11 @@
 #include "pool/block_ids.h"
 #include "pool/block_key.h"
 #include "pool/block_manager_stats.h"
+#include "pool/block_restore.h"
 #include "pool/eviction_listener.h"
 #include "pool/eviction_policy.h"
 #include "pool/kv_events.h"
+#include "pool/move_out.h"
 #include "pool/pinned_block.h"
 
 namespace kvmesh {
@@ -104,6 +118,9 @@ struct BlockManagerConfig {
   EvictionPolicyKind eviction_policy = EvictionPolicyKind::kPriorityLru;
   std::size_t event_capacity = 1 << 16;  // KV events kept for polling (> 0)
   bool enable_partial_reuse = true;      // effective only with pool memory
+  // Per pool: moving-out blocks (deferred evictions) tolerated before an allocation waits for one
+  // instead of evicting another victim (>= 0; 0 = wait for each deferred victim).
+  std::int64_t max_moving_out_blocks = 32;
 };
 
 struct BlockManagerEnv {
@@ -223,6 +240,28 @@ class BlockManager final : private BlockPinOwner {
   void ReportTierChange(PoolId pool, const ContentId& id, KvTier from, KvTier to)
       KVMESH_EXCLUDES(mu_);
 
+  // ---- restore from the tiers (block_restore.h; block_manager_restore.cc)
+  // The content ids of the prompt's reusable full blocks and how many the tree holds. Errors: as
+  // AddSequence's validation (kInvalidArgument).
+  Result<RestorePlan> PlanRestore(std::span<const Token> prompt,
+                                  const SequenceOptions& options = {}) const KVMESH_EXCLUDES(mu_);
+  // Reserves blocks for candidates [plan.pool_blocks, plan.pool_blocks + count) of `plan` (made by
+  // PlanRestore for this prompt and options): min(count, what every pool can supply) blocks per
+  // pool, private and pinned, in no tree (evicting as AddSequence would; the blocks the plan
+  // matched are pinned first, so the chain stays). The reservation's count() may be 0.
+  // kInvalidArgument: count outside 0..plan.num_candidates(), or a plan of other tokens;
+  // kFailedPrecondition: the tree no longer holds the plan's pool_blocks blocks (plan again).
+  Result<RestoreReservation> ReserveRestore(std::span<const Token> prompt,
+                                            const SequenceOptions& options, const RestorePlan& plan,
+                                            std::int64_t count) KVMESH_EXCLUDES(mu_);
+  // Stores reserved blocks [0, ready) in the tree, in order, under the retention `options` of
+  // ReserveRestore gave (their token ranges' priorities; default 35), frees the others and the
+  // parent's pins. keep_pinned: the result pins the restored chain (see PublishedRestore).
+  // REQUIRES: every byte of blocks [0, ready) written. kInvalidArgument: a reservation of another
+  // manager, an empty handle, ready outside 0..count().
+  Result<PublishedRestore> PublishRestore(RestoreReservation reservation, std::int64_t ready,
+                                          bool keep_pinned) KVMESH_EXCLUDES(mu_);
+
   // ---- observation
   const KvEventBuffer& events() const { return events_; }
   KvEventBatch PollEvents(std::uint64_t from_seq, std::size_t max_events = 4096) const {
@@ -236,6 +275,7 @@ class BlockManager final : private BlockPinOwner {
   struct Sequence;
   struct Match;
   struct Admission;
+  friend class RestoreReservation;
 
   BlockManager(BlockManagerConfig config, BlockManagerEnv env, std::uint64_t hash_seed);
 
@@ -257,11 +297,15 @@ class BlockManager final : private BlockPinOwner {
   void ExpireRetention() const KVMESH_REQUIRES(mu_);
   Status ExhaustedError(int pool, std::int64_t need, std::int64_t unavailable) const
       KVMESH_REQUIRES(mu_);
+  // block_manager_restore.cc: frees reserved blocks [from, count) and the parent's pins and root.
+  void ReleaseRestore(RestoreReservation::State& st, std::int64_t from) KVMESH_REQUIRES(mu_);
+  void AbandonRestore(RestoreReservation::State& st) KVMESH_EXCLUDES(mu_);
 
   const BlockManagerConfig config_;
   const BlockManagerEnv env_;
   const Clock* clock_;
   KvEventBuffer events_;
+  MoveOutQueue moves_;  // thread-safe; outlives cache_, which points to it
 
   mutable Mutex mu_;
   // mutable: observers (GetStats, FindBlock) first apply retention expiries that are due.

@@ -261,6 +261,7 @@ std::int64_t BlockManager::num_sequences() const {
 BlockManagerStats BlockManager::GetStats() const {
   MutexLock lock(&mu_);
   ExpireRetention();
+  cache_.ReclaimMovedOut();  // completed moves count as free
   BlockManagerStats s;
   s.counters = counters_;
   s.running_sequences = static_cast<std::int64_t>(sequences_.size());
@@ -277,13 +278,16 @@ BlockManagerStats BlockManager::GetStats() const {
     ps.free_blocks = cache_.free_blocks(p);
     ps.cached_blocks = cache_.cached_blocks(p);
     ps.pinned_blocks = cache_.pinned_blocks(p);
-    ps.private_blocks = cache_.allocated_blocks(p) - ps.cached_blocks;
+    ps.moving_out_blocks = cache_.moving_out_blocks(p);
+    ps.private_blocks = cache_.allocated_blocks(p) - ps.cached_blocks - ps.moving_out_blocks;
     ps.evictable_blocks = cache_.evictable_blocks(p);
     const CachePoolCounters& cc = cache_.counters(p);
     ps.allocated_blocks = cc.allocated_blocks;
     ps.stored_blocks = cc.stored_blocks;
     ps.evicted_blocks = cc.evicted_blocks;
     ps.claimed_blocks = cc.claimed_blocks;
+    ps.moved_out_blocks = cc.moved_out_blocks;
+    ps.restored_blocks = cc.restored_blocks;
     ps.cached_by_priority = cc.cached_by_priority;
     ps.input_blocks = pool_counters_[p].input_blocks;
     ps.reused_blocks = pool_counters_[p].reused_blocks;

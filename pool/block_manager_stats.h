@@ -12,6 +12,10 @@
 //                   evictable = what eviction could free now, descendants first
 //   cached_by_priority[p]  cached blocks whose priority is p (0..100)
 //   allocated / stored / evicted / claimed   cumulative block counts
+//   moving_out      blocks moving out now (deferred evictions awaiting their ticket; not free,
+//                   not cached, not private)
+//   moved_out       cumulative evictions that were deferred (also counted in evicted)
+//   restored        cumulative blocks stored by PublishRestore (copied in from a tier)
 //
 // Thread safety: a value.
 #pragma once
@@ -59,6 +63,9 @@ struct PoolStats {
   std::uint64_t stored_blocks = 0;
   std::uint64_t evicted_blocks = 0;
   std::uint64_t claimed_blocks = 0;
+  std::int64_t moving_out_blocks = 0;
+  std::uint64_t moved_out_blocks = 0;
+  std::uint64_t restored_blocks = 0;
   std::array<std::int64_t, kMaxPriority + 1> cached_by_priority{};
 
   double hit_rate() const {

@@ -13,6 +13,16 @@
 // other manager call waits for it. A listener that needs longer should copy the bytes to its own
 // staging memory and finish the work elsewhere. It must not throw.
 //
+// Deferred reuse (OnEvictDeferrable; added for the tiers, store/offload_engine.h): for a block
+// evicted to make room (reason kEvicted) the manager calls OnEvictDeferrable instead of OnEvict,
+// with a MoveOutTicket (pool/move_out.h). A listener that leaves the ticket alone gets the
+// behaviour above (the default implementation calls OnEvict). A listener that takes it
+// (`auto mine = std::move(ticket);`) may read the block's bytes after returning, from any thread,
+// until it completes the ticket: the block stays "moving out" (block_cache.h: in no tree, not on
+// the free list, not allocatable) and the manager prefers other victims, or waits, when it needs
+// a block meanwhile. Claimed blocks (kClaimed) go to their sequence at once: they get OnEvict and
+// must be copied, if at all, during the call.
+//
 // Thread safety: called from whichever thread runs the manager call; never concurrently with
 // itself (the mutex serialises calls).
 #pragma once
@@ -22,6 +32,7 @@
 
 #include "common/content_id.h"
 #include "pool/block_ids.h"
+#include "pool/move_out.h"
 
 namespace kvmesh {
 
@@ -45,6 +56,12 @@ class EvictionListener {
  public:
   virtual ~EvictionListener() = default;
   virtual void OnEvict(const EvictedBlock& block) = 0;
+  // See "Deferred reuse" above. Leaving `ticket` valid = OnEvict semantics (the bytes may be
+  // overwritten once the call returns); moving it out = the block is not reused before the ticket
+  // completes. Called with the manager's lock held, like OnEvict.
+  virtual void OnEvictDeferrable(const EvictedBlock& block, MoveOutTicket& /*ticket*/) {
+    OnEvict(block);
+  }
 };
 
 }  // namespace kvmesh

@@ -117,7 +117,8 @@ void TraceReplay::FillOptions(const TraceRequest& request) {
   }
 }
 
-void TraceReplay::CallTierHooks(const TraceRequest& request, std::int64_t pool_hit_blocks) {
+void TraceReplay::CallTierHooks(const TraceRequest& request, const AddSequenceResult& added) {
+  const std::int64_t pool_hit_blocks = added.reused_blocks;
   const auto n = std::ssize(request.hash_ids);
   if (pool_hit_blocks >= n) return;
   const std::int64_t t = config_.tokens_per_block;
@@ -128,11 +129,13 @@ void TraceReplay::CallTierHooks(const TraceRequest& request, std::int64_t pool_h
     parent = hasher_->ForBlock(parent, domain_id_, block, {});
     if (i >= pool_hit_blocks) missed_.push_back(parent);
   }
-  const std::int64_t restored =
-      config_.tier_hooks->OnPoolMiss(ReplayMiss{.request_index = result_.requests,
-                                                .request = &request,
-                                                .pool_hit_blocks = pool_hit_blocks,
-                                                .missed = missed_});
+  const std::int64_t restored = config_.tier_hooks->OnPoolMiss(
+      ReplayMiss{.request_index = result_.requests,
+                 .request = &request,
+                 .pool_hit_blocks = pool_hit_blocks,
+                 .missed = missed_,
+                 .missed_blocks = std::span<const std::int32_t>(added.tables[0].block_ids)
+                                      .subspan(static_cast<std::size_t>(pool_hit_blocks))});
   KVMESH_CHECK(restored >= 0 && restored <= std::ssize(missed_))
       << "OnPoolMiss returned " << restored << " of " << missed_.size() << " missed blocks";
   result_.restored_blocks += restored;
@@ -160,7 +163,7 @@ Status TraceReplay::Replay(const TraceRequest& request) {
   KVMESH_ASSIGN_OR_RETURN(const AddSequenceResult added,
                           manager_->AddSequence(id, tokens_, options_));
   result_.reused_blocks += added.reused_blocks;
-  if (config_.tier_hooks != nullptr) CallTierHooks(request, added.reused_blocks);
+  if (config_.tier_hooks != nullptr) CallTierHooks(request, added);
   Result<std::int64_t> stored = manager_->StoreFullBlocks(id);
   const Status removed = manager_->RemoveSequence(id);
   if (!stored.ok()) return stored.status();

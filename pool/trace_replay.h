@@ -42,7 +42,11 @@
 // those count as restored_blocks instead of recomputed ones (they are still allocated and stored
 // in the pool, as a restore would). The hooks' eviction listener, when given, is the manager's
 // EvictionListener (called for every evicted block, under the manager's lock). Without hooks
-// the replay is pool-only and computes no content ids of its own.
+// the replay is pool-only and computes no content ids of its own. OnPoolMiss also gets the pool
+// block ids of the missed blocks (the sequence's fresh blocks, pinned and not yet stored: a
+// restore writes into them before step 3 publishes them), so hooks with pool memory indexed by
+// block id can move real bytes (store/tiered_replay.h); hit_rate_with_tiers() counts reused and
+// restored blocks.
 //
 // Thread safety: a TraceReplay is externally synchronised (its manager is thread-safe, the
 // counters are not). ReplayTrace is thread-safe for distinct configs.
@@ -84,6 +88,9 @@ struct ReplayMiss {
   std::int64_t pool_hit_blocks = 0;  // blocks [0, pool_hit_blocks) came from the pool
   // Content ids of blocks [pool_hit_blocks, n), in order (the ids the manager stores them under).
   std::span<const ContentId> missed;
+  // The pool block ids the sequence holds for those blocks (its fresh, private blocks, parallel to
+  // `missed`): where restored bytes go. Ids of the replay's one pool, in [0, capacity_blocks).
+  std::span<const std::int32_t> missed_blocks;
 };
 
 // Implemented by the tiers (host DRAM, RocksDB) to take part in a replay. Called from the
@@ -133,6 +140,12 @@ struct ReplayResult {
                ? 0.0
                : static_cast<double>(reused_blocks) / static_cast<double>(input_blocks);
   }
+  // Reused from the pool or restored from the tiers, over input blocks.
+  double hit_rate_with_tiers() const {
+    return input_blocks == 0 ? 0.0
+                             : static_cast<double>(reused_blocks + restored_blocks) /
+                                   static_cast<double>(input_blocks);
+  }
   double requests_per_s() const {
     return wall_s > 0 ? static_cast<double>(requests) / wall_s : 0.0;
   }
@@ -161,7 +174,7 @@ class TraceReplay {
  private:
   TraceReplay(ReplayConfig config, std::unique_ptr<BlockManager> manager);
   void FillOptions(const TraceRequest& request);
-  void CallTierHooks(const TraceRequest& request, std::int64_t pool_hit_blocks);
+  void CallTierHooks(const TraceRequest& request, const AddSequenceResult& added);
 
   ReplayConfig config_;
   std::unique_ptr<BlockManager> manager_;

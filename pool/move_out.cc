@@ -1,0 +1,64 @@
+#include "pool/move_out.h"
+
+#include "common/check.h"
+
+namespace kvmesh {
+
+void MoveOutTicket::Complete() {
+  if (queue_ == nullptr) return;
+  MoveOutQueue* q = std::exchange(queue_, nullptr);
+  q->Complete(pool_, block_);
+}
+
+MoveOutQueue::~MoveOutQueue() {
+  MutexLock lock(&mu_);
+  KVMESH_CHECK(outstanding_ == 0) << outstanding_ << " move-out tickets outstanding";
+}
+
+MoveOutTicket MoveOutQueue::Issue(PoolId pool, BlockId block) {
+  MutexLock lock(&mu_);
+  ++outstanding_;
+  return MoveOutTicket(this, pool, block);
+}
+
+void MoveOutQueue::Withdraw(MoveOutTicket& ticket) {
+  KVMESH_CHECK(ticket.queue_ == this) << "withdrawing a ticket of another queue";
+  ticket.queue_ = nullptr;
+  MutexLock lock(&mu_);
+  --outstanding_;
+  if (outstanding_ == 0) cv_.notify_all();
+}
+
+void MoveOutQueue::Complete(PoolId pool, BlockId block) {
+  MutexLock lock(&mu_);
+  completed_.push_back({pool, block});
+  --outstanding_;
+  pending_.store(static_cast<std::int64_t>(completed_.size()), std::memory_order_release);
+  cv_.notify_all();
+}
+
+void MoveOutQueue::TakeCompleted(std::vector<MovedOutBlock>* out) {
+  MutexLock lock(&mu_);
+  out->insert(out->end(), completed_.begin(), completed_.end());
+  completed_.clear();
+  pending_.store(0, std::memory_order_release);
+}
+
+void MoveOutQueue::AwaitCompletion() {
+  MutexLock lock(&mu_);
+  AwaitCondition(cv_, mu_, [this]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
+    return !completed_.empty() || outstanding_ == 0;
+  });
+}
+
+void MoveOutQueue::AwaitAllCompleted() {
+  MutexLock lock(&mu_);
+  AwaitCondition(cv_, mu_, [this]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return outstanding_ == 0; });
+}
+
+std::int64_t MoveOutQueue::outstanding() const {
+  MutexLock lock(&mu_);
+  return outstanding_;
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,340 @@
+// BlockManager's API for the tiers: deferred eviction (move-out tickets: the block is neither
+// matched nor reused until its ticket completes; other victims are preferred; the manager waits
+// when only moving blocks remain; the destructor waits for tickets) and the two-phase restore
+// (plan, reserve hidden blocks, publish; duplicates, abandoned reservations, a changed tree,
+// capacity, window pools).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "block_manager_test_util.h"
+#include "pool/block_manager.h"
+
+namespace kvmesh {
+namespace {
+
+using testing::AddStoreRemove;
+using testing::Concat;
+using testing::MakeManager;
+using testing::OnePoolConfig;
+using testing::Tokens;
+
+constexpr RequestId R(std::uint64_t v) { return RequestId{v}; }
+
+// Takes the tickets of the first `take` victims (then behaves like a plain listener).
+class TicketTaker : public EvictionListener {
+ public:
+  explicit TicketTaker(int take) : take_(take) {}
+  void OnEvict(const EvictedBlock& b) override { plain.push_back(b); }
+  void OnEvictDeferrable(const EvictedBlock& b, MoveOutTicket& ticket) override {
+    if (static_cast<int>(tickets.size()) >= take_) {
+      OnEvict(b);
+      return;
+    }
+    deferred.push_back(b);
+    tickets.push_back(std::move(ticket));
+  }
+  std::vector<EvictedBlock> plain, deferred;
+  std::vector<MoveOutTicket> tickets;
+
+ private:
+  int take_;
+};
+
+// Hands every ticket to a thread that completes it after `delay`.
+class SlowMover : public EvictionListener {
+ public:
+  explicit SlowMover(std::chrono::milliseconds delay) : delay_(delay) {}
+  ~SlowMover() override {
+    for (auto& t : threads_) t.join();
+  }
+  void OnEvict(const EvictedBlock&) override {}
+  void OnEvictDeferrable(const EvictedBlock& b, MoveOutTicket& ticket) override {
+    threads_.emplace_back([this, b, t = std::move(ticket)]() mutable {
+      std::this_thread::sleep_for(delay_);
+      completed_blocks.fetch_add(1);
+      last_completed.store(b.block.value);
+      t.Complete();
+    });
+  }
+  std::atomic<int> completed_blocks{0};
+  std::atomic<std::int32_t> last_completed{-1};
+
+ private:
+  std::chrono::milliseconds delay_;
+  std::vector<std::thread> threads_;
+};
+
+std::int32_t StoreOneBlock(BlockManager& m, std::uint64_t id, Token first) {
+  auto r = m.AddSequence(R(id), Tokens(4, first));
+  KVMESH_CHECK(r.ok()) << r.status().ToString();
+  KVMESH_CHECK(m.StoreFullBlocks(R(id)).ok());
+  KVMESH_CHECK(m.RemoveSequence(R(id)).ok());
+  return r->tables[0].block_ids[0];
+}
+
+TEST(BlockManagerMoveOutTest, MovingBlockIsNeitherMatchedNorReusedUntilItsTicketCompletes) {
+  TicketTaker listener(1);
+  BlockManagerEnv env;
+  env.eviction_listener = &listener;
+  auto m = MakeManager(OnePoolConfig(4), env);
+  std::vector<std::int32_t> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(StoreOneBlock(*m, i + 1, 100 * (i + 1)));
+  const ContentId first_id =
+      m->PlanRestore(Tokens(4, 100), {.reuse_last_token = true})->content_ids[0];
+  // One block needed: the oldest victim is deferred (moving out), so the next one is evicted too.
+  auto r = m->AddSequence(R(10), Tokens(4, 1000));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(listener.deferred.size(), 1u);
+  EXPECT_EQ(listener.deferred[0].block.value, ids[0]);
+  ASSERT_EQ(listener.plain.size(), 1u);
+  EXPECT_EQ(r->tables[0].block_ids[0], ids[1]);
+  EXPECT_EQ(m->FindBlock(first_id).status().code(), StatusCode::kNotFound);
+  BlockManagerStats s = m->GetStats();
+  EXPECT_EQ(s.pools[0].moving_out_blocks, 1);
+  EXPECT_EQ(s.pools[0].moved_out_blocks, 1u);
+  EXPECT_EQ(s.pools[0].free_blocks, 0);
+  EXPECT_EQ(s.pools[0].private_blocks, 1);
+  EXPECT_EQ(s.pools[0].evicted_blocks, 2u);
+  EXPECT_CONSISTENT(*m);
+  // Another block: not the moving one.
+  auto r2 = m->AddSequence(R(11), Tokens(4, 2000));
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->tables[0].block_ids[0], ids[2]);
+  EXPECT_CONSISTENT(*m);
+  // Completed: the block is free again and is the next one handed out.
+  listener.tickets[0].Complete();
+  s = m->GetStats();
+  EXPECT_EQ(s.pools[0].moving_out_blocks, 0);
+  EXPECT_EQ(s.pools[0].free_blocks, 1);
+  auto r3 = m->AddSequence(R(12), Tokens(4, 3000));
+  ASSERT_TRUE(r3.ok());
+  EXPECT_EQ(r3->tables[0].block_ids[0], ids[0]);
+  EXPECT_CONSISTENT(*m);
+}
+
+TEST(BlockManagerMoveOutTest, AllocationWaitsForTheMoveWhenNoOtherVictimIsAllowed) {
+  SlowMover listener(std::chrono::milliseconds(30));
+  BlockManagerEnv env;
+  env.eviction_listener = &listener;
+  BlockManagerConfig c = OnePoolConfig(2);
+  c.max_moving_out_blocks = 0;  // wait for each deferred victim
+  auto m = MakeManager(c, env);
+  const std::int32_t a = StoreOneBlock(*m, 1, 100);
+  StoreOneBlock(*m, 2, 200);
+  auto r = m->AddSequence(R(3), Tokens(4, 300));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(listener.completed_blocks.load(), 1);  // waited for it
+  EXPECT_EQ(r->tables[0].block_ids[0], a);
+  EXPECT_EQ(m->GetStats().pools[0].cached_blocks, 1);  // the other victim was not taken
+  EXPECT_CONSISTENT(*m);
+}
+
+TEST(BlockManagerMoveOutTest, MovingBlocksCountAsAvailableSoAdmissionsDoNotFail) {
+  SlowMover listener(std::chrono::milliseconds(10));
+  BlockManagerEnv env;
+  env.eviction_listener = &listener;
+  auto m = MakeManager(OnePoolConfig(3), env);
+  for (int i = 0; i < 3; ++i) StoreOneBlock(*m, i + 1, 100 * (i + 1));
+  // All three victims are deferred; the third allocation must wait for one.
+  auto r = m->AddSequence(R(9), Tokens(12, 1000));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GE(listener.completed_blocks.load(), 1);
+  EXPECT_CONSISTENT(*m);
+  ASSERT_TRUE(m->RemoveSequence(R(9)).ok());
+}
+
+TEST(BlockManagerMoveOutTest, DestructorWaitsForOutstandingTickets) {
+  SlowMover listener(std::chrono::milliseconds(20));
+  {
+    BlockManagerEnv env;
+    env.eviction_listener = &listener;
+    auto m = MakeManager(OnePoolConfig(1), env);
+    StoreOneBlock(*m, 1, 100);
+    StoreOneBlock(*m, 2, 200);  // evicts the first: deferred, waited for
+    StoreOneBlock(*m, 3, 300);
+  }
+  EXPECT_EQ(listener.completed_blocks.load(), 2);
+}
+
+// ---- restore
+
+SequenceOptions Whole() {
+  SequenceOptions o;
+  o.reuse_last_token = true;
+  return o;
+}
+
+TEST(BlockManagerRestoreTest, PlanGivesTheIdsTheManagerStoresUnder) {
+  auto m = MakeManager(OnePoolConfig(8));
+  const auto prompt = Tokens(13);
+  auto plan = m->PlanRestore(prompt);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->pool_blocks, 0);
+  ASSERT_EQ(plan->content_ids.size(), 3u);  // 12 of 13 tokens reusable
+  AddStoreRemove(*m, 1, prompt);
+  const KvEventBatch events = m->PollEvents(1);
+  ASSERT_EQ(events.events.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(events.events[i].content_id, plan->content_ids[i]);
+  auto again = m->PlanRestore(prompt);
+  EXPECT_EQ(again->pool_blocks, 3);
+  EXPECT_EQ(again->content_ids, plan->content_ids);
+  EXPECT_EQ(m->PlanRestore(Tokens(12), Whole())->content_ids.size(), 3u);
+  EXPECT_EQ(m->PlanRestore(Tokens(12))->content_ids.size(), 2u);
+  // Another domain: other ids.
+  SequenceOptions salted;
+  salted.domain.salt = "tenant";
+  EXPECT_NE(m->PlanRestore(prompt, salted)->content_ids[0], plan->content_ids[0]);
+}
+
+TEST(BlockManagerRestoreTest, ReservedBlocksAreHiddenUntilPublishedThenReused) {
+  auto m = MakeManager(OnePoolConfig(4));
+  const auto prompt = Tokens(13);
+  auto plan = m->PlanRestore(prompt);
+  auto res = m->ReserveRestore(prompt, {}, *plan, 3);
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  ASSERT_EQ(res->count(), 3);
+  EXPECT_EQ(res->first_block(), 0);
+  EXPECT_EQ(res->content_id(2), plan->content_ids[2]);
+  EXPECT_EQ(m->LookupPrefix(prompt)->cached_blocks, 0);  // hidden
+  EXPECT_EQ(m->FindBlock(plan->content_ids[0]).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(m->GetStats().pools[0].pinned_blocks, 3);
+  EXPECT_CONSISTENT(*m);
+  auto pub = m->PublishRestore(std::move(*res), 2, /*keep_pinned=*/true);
+  ASSERT_TRUE(pub.ok()) << pub.status().ToString();
+  EXPECT_EQ(pub->published, 2);
+  EXPECT_EQ(pub->discarded, 1);
+  EXPECT_EQ(pub->pins.size(), 2u);
+  BlockManagerStats s = m->GetStats();
+  EXPECT_EQ(s.pools[0].restored_blocks, 2u);
+  EXPECT_EQ(s.pools[0].cached_blocks, 2);
+  EXPECT_EQ(s.pools[0].free_blocks, 2);
+  EXPECT_EQ(m->FindBlock(plan->content_ids[1])->pins[0], 1u);
+  EXPECT_CONSISTENT(*m);
+  auto added = m->AddSequence(R(1), prompt);
+  ASSERT_TRUE(added.ok());
+  EXPECT_EQ(added->reused_tokens, 8);
+  EXPECT_EQ(added->reused_blocks, 2);
+  pub->pins.Release();
+  EXPECT_CONSISTENT(*m);
+  ASSERT_TRUE(m->RemoveSequence(R(1)).ok());
+  EXPECT_CONSISTENT(*m);
+}
+
+TEST(BlockManagerRestoreTest, RestoreHangsFromThePooledPrefixAndKeepsItPinned) {
+  auto m = MakeManager(OnePoolConfig(4));
+  const auto prompt = Tokens(13);
+  AddStoreRemove(*m, 1, Tokens(5));  // block 0 of the prompt is cached
+  auto plan = m->PlanRestore(prompt);
+  ASSERT_EQ(plan->pool_blocks, 1);
+  ASSERT_EQ(plan->num_candidates(), 2);
+  auto res = m->ReserveRestore(prompt, {}, *plan, 2);
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->first_block(), 1);
+  EXPECT_EQ(m->FindBlock(plan->content_ids[0])->pins[0], 1u);  // the parent is pinned
+  // Fill the rest of the pool: the parent must survive.
+  auto other = m->AddSequence(R(2), Tokens(4, 500));
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(m->AddSequence(R(3), Tokens(4, 600)).status().code(), StatusCode::kResourceExhausted);
+  auto pub = m->PublishRestore(std::move(*res), 2, /*keep_pinned=*/false);
+  ASSERT_TRUE(pub.ok());
+  EXPECT_EQ(pub->published, 2);
+  EXPECT_TRUE(pub->pins.empty());
+  EXPECT_EQ(m->FindBlock(plan->content_ids[0])->pins[0], 0u);
+  EXPECT_EQ(m->LookupPrefix(prompt)->cached_blocks, 3);
+  EXPECT_CONSISTENT(*m);
+  ASSERT_TRUE(m->RemoveSequence(R(2)).ok());
+}
+
+TEST(BlockManagerRestoreTest, KeyStoredMeanwhileWinsAndTheRestoredBlockIsFreed) {
+  auto m = MakeManager(OnePoolConfig(8));
+  const auto prompt = Tokens(9);
+  auto plan = m->PlanRestore(prompt);
+  auto res = m->ReserveRestore(prompt, {}, *plan, 2);
+  ASSERT_TRUE(res.ok());
+  AddStoreRemove(*m, 1, Tokens(5));  // stores block 0 of the prompt
+  auto pub = m->PublishRestore(std::move(*res), 2, /*keep_pinned=*/true);
+  ASSERT_TRUE(pub.ok());
+  EXPECT_EQ(pub->duplicates, 1);
+  EXPECT_EQ(pub->published, 1);
+  EXPECT_EQ(pub->pins.size(), 2u);  // the chain, whoever stored it
+  EXPECT_EQ(m->GetStats().pools[0].cached_blocks, 2);
+  EXPECT_EQ(m->GetStats().pools[0].restored_blocks, 1u);
+  EXPECT_CONSISTENT(*m);
+}
+
+TEST(BlockManagerRestoreTest, AbandonedReservationLeavesNothingBehind) {
+  auto m = MakeManager(OnePoolConfig(4));
+  AddStoreRemove(*m, 1, Tokens(5));
+  const auto prompt = Tokens(13);
+  auto plan = m->PlanRestore(prompt);
+  {
+    auto res = m->ReserveRestore(prompt, {}, *plan, 2);
+    ASSERT_TRUE(res.ok());
+    EXPECT_EQ(m->GetStats().pools[0].pinned_blocks, 3);
+  }
+  const BlockManagerStats s = m->GetStats();
+  EXPECT_EQ(s.pools[0].pinned_blocks, 0);
+  EXPECT_EQ(s.pools[0].free_blocks, 3);
+  EXPECT_EQ(s.pools[0].cached_blocks, 1);
+  EXPECT_CONSISTENT(*m);
+  // Published with nothing ready: the same.
+  auto res = m->ReserveRestore(prompt, {}, *m->PlanRestore(prompt), 2);
+  auto pub = m->PublishRestore(std::move(*res), 0, true);
+  ASSERT_TRUE(pub.ok());
+  EXPECT_EQ(pub->discarded, 2);
+  EXPECT_EQ(m->GetStats().pools[0].free_blocks, 3);
+  EXPECT_CONSISTENT(*m);
+}
+
+TEST(BlockManagerRestoreTest, ChangedTreeCapacityAndBadArguments) {
+  auto m = MakeManager(OnePoolConfig(4));
+  AddStoreRemove(*m, 1, Tokens(5));
+  const auto prompt = Tokens(13);
+  auto plan = m->PlanRestore(prompt);
+  ASSERT_EQ(plan->pool_blocks, 1);
+  EXPECT_EQ(m->ReserveRestore(prompt, {}, *plan, 3).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->ReserveRestore(Tokens(9), {}, *plan, 1).status().code(),
+            StatusCode::kInvalidArgument);
+  // Capacity: 3 of 4 blocks held by a running sequence (evicting the cached one).
+  ASSERT_TRUE(m->AddSequence(R(2), Tokens(16, 900)).ok());
+  EXPECT_EQ(m->ReserveRestore(prompt, {}, *plan, 2).status().code(),
+            StatusCode::kFailedPrecondition);  // block 0 was evicted
+  ASSERT_TRUE(m->RemoveSequence(R(2)).ok());
+  ASSERT_TRUE(m->AddSequence(R(3), Tokens(12, 900)).ok());  // 3 blocks pinned
+  auto fresh = m->PlanRestore(prompt);
+  auto res = m->ReserveRestore(prompt, {}, *fresh, 3);
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->count(), 1);
+  EXPECT_EQ(m->PublishRestore(std::move(*res), 2, false).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(m->PublishRestore(RestoreReservation(), 0, false).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_CONSISTENT(*m);
+}
+
+TEST(BlockManagerRestoreTest, WindowPoolsGetTheirBlocksToo) {
+  BlockManagerConfig c;
+  c.tokens_per_block = 4;
+  c.pools = {{"full", 8, 0}, {"sliding", 8, 8}};
+  auto m = MakeManager(c);
+  const auto prompt = Tokens(17);
+  auto plan = m->PlanRestore(prompt);
+  ASSERT_EQ(plan->num_candidates(), 4);
+  auto res = m->ReserveRestore(prompt, {}, *plan, 4);
+  ASSERT_TRUE(res.ok());
+  EXPECT_TRUE(res->block(3, 1).valid());
+  auto pub = m->PublishRestore(std::move(*res), 4, true);
+  ASSERT_TRUE(pub.ok());
+  EXPECT_EQ(pub->pins.size(), 8u);
+  auto added = m->AddSequence(R(1), prompt);
+  ASSERT_TRUE(added.ok());
+  EXPECT_EQ(added->reused_tokens, 16);
+  pub->pins.Release();
+  EXPECT_CONSISTENT(*m);
+}
+
+}  // namespace
+}  // namespace kvmesh
