@@ -1,0 +1,205 @@
+// OffloadEngine: moves blocks between the primary pools and the tiers — offload of evicted blocks
+// into the host tier (spilling on into RocksDB), onboard of tier blocks into pool blocks — with
+// asynchronous copies and per-tier statistics. TieredCache (tiered_cache.h) builds the sequence
+// API on it; the replay with tiers (tiered_replay.h) uses it directly.
+//
+// Ownership: the engine owns the tiers it is configured with (a HostTier of host_capacity_bytes,
+// a RocksDbTier at disk->path; either may be absent) and its worker threads. The primary pools'
+// memory (options.pools, e.g. PoolStorage views) is the caller's and must outlive the engine.
+// Manager pool p is tier pool TierPoolId{p}; each pool's layout and pool scale come from its view.
+//
+// Offload (EvictionListener; the engine is the block manager's listener). For a victim evicted to
+// make room (OnEvictDeferrable, called under the manager's lock):
+//   - priority < offload_min_priority (default 35): not copied (counted: skipped_priority);
+//   - clean — the host tier or the RocksDB tier already holds a complete copy (Contains): not
+//     copied again (inclusive tiers; counted: skipped_clean). A block restored from a tier is
+//     clean, since the tier keeps it;
+//   - else the engine takes the block's MoveOutTicket and a copy worker puts the block into the top
+//     tier (host, or RocksDB without a host tier), then completes the ticket: the slot is not
+//     reused before the copy is done, and the manager's lock is not held during the copy.
+//   Claimed blocks (OnEvict, kClaimed) are copied synchronously during the call, same rules.
+// Spill: the host tier's eviction sink. A host victim not already on disk is copied into staging
+// memory and written to RocksDB by the spill thread (bounded by max_spill_queue_bytes: a put that
+// finds the queue full waits for it to drain), so no disk I/O runs in HostTier::Put. A staged
+// block stays findable (CountHeld, Onboard: verified like any tier read, counted as a host hit)
+// until RocksDB holds it, so a spill opens no window in which the block is in no tier.
+//
+// Onboard: CountHeld(ids) says how many blocks, from the first on, the tiers hold (every pool's
+// block of each); Onboard(ids, blocks) copies them into the given pool blocks, host first, then
+// RocksDB — every read verified by the tier (bundle checksum bound to content id and geometry).
+// A block that is missing or fails verification ends the run: the blocks before it are restored,
+// it and those after are not (a failed check is a miss plus a counter, never data).
+//
+// Threads and locks. Copies run on `copy_threads` workers (0: in the calling thread, synchronous
+// and deterministic); spills on one spill thread (0 copy threads: in the putting thread). A
+// worker never takes the block manager's lock, which is what lets the manager wait, holding its
+// lock, for a move out to complete (pool/move_out.h). The tiers' own locks are taken under the
+// manager's lock only by Contains (a map lookup); no disk I/O and no block copy runs under it
+// unless copy_threads is 0.
+//
+// GPU pools (not built here; the design keeps it open): offload would stage a block through a
+// host-tier slot — cudaMemcpyAsync device → pinned slot (HostTier memory is cudaHostAlloc'ed when
+// a device is present) on a copy stream, an event recorded after it, the ticket completed from a
+// callback or a poller once the event has completed; onboard the reverse (tier → pinned staging
+// → cudaMemcpyAsync into the reserved block, publish after the event). The ticket and reservation
+// contracts are the same; only the copy function changes.
+//
+// Statistics (OffloadStats): copies and bytes per direction and tier, the time spent in them
+// (rates = bytes / summed copy time), skips, failures, corrupt reads, and the tiers' own counters.
+// Bytes are block bytes (every component), not counting bundle headers and checksums.
+//
+// Thread safety: thread-safe. Drain() waits for every copy started before it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/thread_annotations.h"
+#include "common/thread_pool.h"
+#include "pool/eviction_listener.h"
+#include "pool/kv_events.h"
+#include "store/host_tier.h"
+#include "store/rocksdb_tier.h"
+
+namespace kvmesh {
+
+struct OffloadEngineOptions {
+  std::vector<KvPoolView> pools;  // the primary pools, in the block manager's pool order
+  // Host tier: bytes of bundles it may hold (split equally between the pools); 0 = no host tier.
+  std::int64_t host_capacity_bytes = 0;
+  HostMemoryKind host_memory = HostMemoryKind::kAuto;
+  bool host_prefault = true;
+  // RocksDB tier (path, capacity_bytes and tuning; its pools are filled in); nullopt = none.
+  std::optional<RocksDbTierOptions> disk;
+  int offload_min_priority = kTierDefaultPriority;  // 0..101; 101 = never offload
+  int copy_threads = 2;                             // 0 = copies in the calling thread
+  std::int64_t max_spill_queue_bytes = 64ll << 20;  // staged host→disk bytes
+};
+
+// Copies in one direction between the pools and one tier.
+struct TierTraffic {
+  std::int64_t blocks = 0;  // pool blocks copied (a node with blocks in two pools counts two)
+  std::int64_t bytes = 0;   // block bytes
+  double copy_s = 0;        // time spent in the copies, summed over threads
+  double bytes_per_s() const { return copy_s > 0 ? static_cast<double>(bytes) / copy_s : 0.0; }
+};
+
+struct OffloadStats {
+  TierTraffic offload;                // pool → top tier (host, or RocksDB without a host tier)
+  TierTraffic spill;                  // host → RocksDB
+  TierTraffic onboard_host;           // host → pool
+  TierTraffic onboard_disk;           // RocksDB → pool
+  std::int64_t evictions_seen = 0;    // victims the listener was told of
+  std::int64_t skipped_priority = 0;  // below offload_min_priority
+  std::int64_t skipped_clean = 0;     // a tier held a valid copy already
+  std::int64_t offload_failed = 0;    // the top tier refused (full of in-flight blocks, I/O error)
+  std::int64_t spill_skipped_clean = 0;
+  std::int64_t spill_failed = 0;
+  std::int64_t onboard_missing = 0;  // a block the tiers turned out not to hold
+  std::int64_t onboard_corrupt = 0;  // reads that failed verification (each a miss)
+  std::int64_t onboard_failed = 0;   // other read errors (I/O)
+  std::int64_t copies_in_flight = 0;
+  bool has_host = false;
+  bool has_disk = false;
+  TierStats host;  // the tiers' own counters (zero when absent)
+  TierStats disk;
+};
+
+// What an Onboard did.
+struct OnboardResult {
+  std::int64_t restored = 0;  // blocks [0, restored) are in the pool, verified
+  std::int64_t from_host = 0;
+  std::int64_t from_disk = 0;   // of restored: at least one pool's block came from disk
+  std::vector<KvTier> sources;  // [restored]: kHost or kDisk
+  Status stop_reason;           // why block `restored` was not (OK when all were)
+};
+
+class OffloadEngine final : public EvictionListener {
+ public:
+  // kInvalidArgument: no pools, a pool view without memory, offload_min_priority outside
+  // 0..101, copy_threads < 0; errors of HostTier::Create and RocksDbTier::Open.
+  static Result<std::unique_ptr<OffloadEngine>> Create(OffloadEngineOptions options);
+  // Drains (every copy and spill finishes), then closes the tiers (RocksDB flushes).
+  ~OffloadEngine() override;
+  OffloadEngine(const OffloadEngine&) = delete;
+  OffloadEngine& operator=(const OffloadEngine&) = delete;
+
+  // ---- EvictionListener (called under the block manager's lock)
+  void OnEvict(const EvictedBlock& block) override;
+  void OnEvictDeferrable(const EvictedBlock& block, MoveOutTicket& ticket) override;
+
+  // ---- onboard
+  // How many of `ids`, from the first on, have every pool's block in some tier (not verified).
+  std::int64_t CountHeld(std::span<const ContentId> ids);
+  // Copies block ids[i] of every pool into blocks[i * num_pools() + p] of pool p, verifying,
+  // in order of ids; stops at the first block not restored. Copies run on the workers; returns
+  // when they are done. REQUIRES: the destination blocks are the caller's (pinned, hidden) and
+  // nobody reads or writes them during the call; blocks.size() == ids.size() * num_pools().
+  OnboardResult Onboard(std::span<const ContentId> ids, std::span<const BlockId> blocks);
+  // As Onboard, but returns at once; `done` runs on a worker (or in this thread with 0 copy
+  // threads) when every copy is done. `done` must not take the block manager's lock (hand such
+  // work to another thread; see Threads and locks).
+  void OnboardAsync(std::vector<ContentId> ids, std::vector<BlockId> blocks,
+                    std::function<void(OnboardResult)> done);
+
+  // Waits until every copy and spill started before the call has finished.
+  void Drain() KVMESH_EXCLUDES(mu_);
+  OffloadStats stats() const KVMESH_EXCLUDES(mu_);
+
+  int num_pools() const { return static_cast<int>(options_.pools.size()); }
+  const std::vector<KvPoolView>& pools() const { return options_.pools; }
+  HostTier* host() { return host_.get(); }
+  RocksDbTier* disk() { return disk_.get(); }
+  int copy_threads() const { return options_.copy_threads; }
+
+ private:
+  struct Counters;
+  struct OnboardJob;
+
+  explicit OffloadEngine(OffloadEngineOptions options);
+  Status Open();
+  BlockTier* top() { return host_ ? static_cast<BlockTier*>(host_.get()) : disk_.get(); }
+  bool IsClean(const EvictedBlock& block);
+  // Puts the block into the top tier; counts.
+  void CopyOut(const EvictedBlock& block);
+  // The host tier's eviction sink.
+  Status Spill(const EvictedBundle& victim);
+  // Restores block i of a job (every pool); records its status in the job.
+  void CopyIn(OnboardJob& job, std::size_t i);
+  // The bundle of a block being spilled, or null.
+  std::shared_ptr<const std::vector<std::byte>> Staged(TierPoolId pool, const ContentId& id)
+      KVMESH_EXCLUDES(mu_);
+  void Started() KVMESH_EXCLUDES(mu_);
+  void Finished() KVMESH_EXCLUDES(mu_);
+
+  OffloadEngineOptions options_;
+  std::vector<std::int64_t> block_bytes_;  // [pool]
+  std::vector<BundleCodec> codecs_;        // [pool]
+  // Destroyed in reverse: workers first (they use the tiers), then the host tier (whose sink uses
+  // the spill thread and the disk tier), then the disk tier.
+  std::unique_ptr<RocksDbTier> disk_;
+  std::unique_ptr<HostTier> host_;
+  std::unique_ptr<Counters> counters_;
+
+  mutable Mutex mu_;
+  std::condition_variable cv_;
+  std::int64_t in_flight_ KVMESH_GUARDED_BY(mu_) = 0;  // copy and spill jobs started, not done
+  std::int64_t spill_queued_bytes_ KVMESH_GUARDED_BY(mu_) = 0;
+  // Bundles being spilled, by (pool, content id).
+  std::map<std::pair<std::int32_t, ContentId>, std::shared_ptr<const std::vector<std::byte>>>
+      staged_ KVMESH_GUARDED_BY(mu_);
+
+  std::unique_ptr<ThreadPool> spill_pool_;
+  std::unique_ptr<ThreadPool> copy_pool_;
+};
+
+}  // namespace kvmesh

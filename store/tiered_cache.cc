@@ -1,0 +1,215 @@
+#include "store/tiered_cache.h"
+
+#include "common/log.h"
+#include "common/strings.h"
+
+namespace kvmesh {
+namespace {
+
+// Restored blocks remembered for the admission that reuses them; past this, forgotten (their
+// later reuse then counts as a pool hit).
+constexpr std::size_t kMaxRememberedSources = 1 << 20;
+
+}  // namespace
+
+struct TieredCache::Inflight {
+  bool done = false;  // guarded by TieredCache::mu_
+};
+
+Result<std::unique_ptr<TieredCache>> TieredCache::Create(TieredCacheOptions options) {
+  if (options.env.pool_memory.empty()) {
+    return Status::InvalidArgument("tiered cache: env.pool_memory is empty (the pools' memory)");
+  }
+  if (options.env.eviction_listener != nullptr) {
+    return Status::InvalidArgument("tiered cache: env.eviction_listener must be null");
+  }
+  std::unique_ptr<TieredCache> cache(new TieredCache());
+  options.offload.pools = options.env.pool_memory;
+  const int copy_threads = options.offload.copy_threads;
+  KVMESH_ASSIGN_OR_RETURN(cache->engine_, OffloadEngine::Create(std::move(options.offload)));
+  options.env.eviction_listener = cache->engine_.get();
+  KVMESH_ASSIGN_OR_RETURN(cache->manager_,
+                          BlockManager::Create(options.manager, std::move(options.env)));
+  cache->publisher_ = std::make_unique<ThreadPool>(copy_threads > 0 ? 1 : 0);
+  return cache;
+}
+
+TieredCache::~TieredCache() {
+  if (manager_ == nullptr) return;
+  WaitForPrefetches();
+  engine_->Drain();
+  publisher_.reset();
+  manager_.reset();
+  engine_.reset();
+}
+
+Result<RestorePlan> TieredCache::PlanAfterPrefetches(std::span<const Token> prompt,
+                                                     const SequenceOptions& options) {
+  constexpr int kMaxAttempts = 4;
+  for (int attempt = 1;; ++attempt) {
+    KVMESH_ASSIGN_OR_RETURN(RestorePlan plan, manager_->PlanRestore(prompt, options));
+    MutexLock lock(&mu_);
+    std::vector<std::shared_ptr<Inflight>> waits;
+    for (std::size_t i = static_cast<std::size_t>(plan.pool_blocks); i < plan.content_ids.size();
+         ++i) {
+      auto it = inflight_.find(plan.content_ids[i]);
+      if (it != inflight_.end()) waits.push_back(it->second);
+    }
+    if (waits.empty() || attempt == kMaxAttempts) return plan;
+    if (attempt == 1) ++counts_.prefetch_waits;
+    AwaitCondition(cv_, mu_, [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
+      for (const auto& w : waits) {
+        if (!w->done) return false;
+      }
+      return true;
+    });
+  }
+}
+
+void TieredCache::RememberSources(std::span<const ContentId> ids, std::span<const KvTier> sources) {
+  MutexLock lock(&mu_);
+  if (sources_.size() + ids.size() > kMaxRememberedSources) sources_.clear();
+  for (std::size_t i = 0; i < ids.size() && i < sources.size(); ++i) sources_[ids[i]] = sources[i];
+}
+
+void TieredCache::CountAdmission(const RestorePlan& plan, const AddSequenceResult& result,
+                                 std::int64_t num_positions) {
+  MutexLock lock(&mu_);
+  ++counts_.admissions;
+  counts_.input_blocks += num_positions;
+  for (std::int64_t i = 0; i < result.reused_blocks; ++i) {
+    auto it = i < static_cast<std::int64_t>(plan.content_ids.size())
+                  ? sources_.find(plan.content_ids[static_cast<std::size_t>(i)])
+                  : sources_.end();
+    if (it == sources_.end()) {
+      ++counts_.pool_hit_blocks;
+      continue;
+    }
+    ++(it->second == KvTier::kDisk ? counts_.disk_hit_blocks : counts_.host_hit_blocks);
+    sources_.erase(it);
+  }
+  counts_.missed_blocks += num_positions - result.reused_blocks;
+}
+
+Result<AddSequenceResult> TieredCache::AddSequence(RequestId request, std::span<const Token> prompt,
+                                                   const SequenceOptions& options) {
+  KVMESH_ASSIGN_OR_RETURN(const RestorePlan plan, PlanAfterPrefetches(prompt, options));
+  const std::span<const ContentId> candidates =
+      std::span<const ContentId>(plan.content_ids)
+          .subspan(static_cast<std::size_t>(plan.pool_blocks));
+  PinnedBlocks restored_pins;  // keeps the restored chain until the sequence pins it
+  const std::int64_t held = engine_->CountHeld(candidates);
+  if (held > 0) {
+    Result<RestoreReservation> reserved = manager_->ReserveRestore(prompt, options, plan, held);
+    if (reserved.ok() && !reserved->empty()) {
+      const std::int64_t n = reserved->count();
+      std::vector<BlockId> blocks;
+      for (std::int64_t i = 0; i < n; ++i) {
+        for (int p = 0; p < manager_->num_pools(); ++p) blocks.push_back(reserved->block(i, p));
+      }
+      const OnboardResult onboard =
+          engine_->Onboard(candidates.first(static_cast<std::size_t>(n)), blocks);
+      Result<PublishedRestore> published =
+          manager_->PublishRestore(std::move(*reserved), onboard.restored, /*keep_pinned=*/true);
+      if (published.ok()) {
+        restored_pins = std::move(published->pins);
+        RememberSources(candidates.first(static_cast<std::size_t>(onboard.restored)),
+                        onboard.sources);
+        MutexLock lock(&mu_);
+        counts_.restore_duplicates += published->duplicates;
+      } else {
+        KVMESH_LOG_WARN("restore not published error {}", published.status().ToString());
+      }
+    } else if (!reserved.ok()) {
+      // The tree changed since the plan (kFailedPrecondition): admit without restoring.
+      KVMESH_LOG_DEBUG("restore skipped error {}", reserved.status().ToString());
+    }
+  }
+  Result<AddSequenceResult> result = manager_->AddSequence(request, prompt, options);
+  restored_pins.Release();
+  if (!result.ok()) return result.status();
+  const std::int64_t t = manager_->tokens_per_block();
+  CountAdmission(plan, *result, (static_cast<std::int64_t>(prompt.size()) + t - 1) / t);
+  return result;
+}
+
+Result<std::int64_t> TieredCache::Prefetch(std::span<const Token> prompt,
+                                           const SequenceOptions& options) {
+  KVMESH_ASSIGN_OR_RETURN(const RestorePlan plan, manager_->PlanRestore(prompt, options));
+  const std::span<const ContentId> candidates =
+      std::span<const ContentId>(plan.content_ids)
+          .subspan(static_cast<std::size_t>(plan.pool_blocks));
+  if (candidates.empty()) return 0;
+  {
+    MutexLock lock(&mu_);
+    if (inflight_.contains(candidates.front())) return 0;  // being prefetched
+  }
+  const std::int64_t held = engine_->CountHeld(candidates);
+  if (held == 0) return 0;
+  Result<RestoreReservation> reserved = manager_->ReserveRestore(prompt, options, plan, held);
+  if (!reserved.ok()) {
+    if (reserved.status().code() == StatusCode::kFailedPrecondition) return 0;
+    return reserved.status();
+  }
+  if (reserved->empty()) return 0;
+  const std::int64_t n = reserved->count();
+  std::vector<ContentId> ids(candidates.begin(), candidates.begin() + n);
+  std::vector<BlockId> blocks;
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (int p = 0; p < manager_->num_pools(); ++p) blocks.push_back(reserved->block(i, p));
+  }
+  auto op = std::make_shared<Inflight>();
+  {
+    MutexLock lock(&mu_);
+    for (const ContentId& id : ids) inflight_.emplace(id, op);
+    ++prefetches_running_;
+    ++counts_.prefetches;
+  }
+  auto reservation = std::make_shared<RestoreReservation>(std::move(*reserved));
+  auto finish = [this, reservation, op, ids](const OnboardResult& r) {
+    Result<PublishedRestore> published =
+        manager_->PublishRestore(std::move(*reservation), r.restored, /*keep_pinned=*/false);
+    if (published.ok()) {
+      RememberSources(std::span<const ContentId>(ids).first(static_cast<std::size_t>(r.restored)),
+                      r.sources);
+    } else {
+      KVMESH_LOG_WARN("prefetch not published error {}", published.status().ToString());
+    }
+    MutexLock lock(&mu_);
+    if (published.ok()) {
+      counts_.prefetched_blocks += published->published;
+      counts_.restore_duplicates += published->duplicates;
+    }
+    for (const ContentId& id : ids) {
+      auto it = inflight_.find(id);
+      if (it != inflight_.end() && it->second == op) inflight_.erase(it);
+    }
+    op->done = true;
+    --prefetches_running_;
+    cv_.notify_all();
+  };
+  // The copies run on the engine's workers; publishing takes the manager's lock, which a worker
+  // must not, so it goes to the publisher thread.
+  engine_->OnboardAsync(std::move(ids), std::move(blocks), [this, finish](OnboardResult r) {
+    publisher_->Submit([finish, r = std::move(r)] { finish(r); });
+  });
+  return n;
+}
+
+void TieredCache::WaitForPrefetches() {
+  MutexLock lock(&mu_);
+  AwaitCondition(cv_, mu_,
+                 [this]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return prefetches_running_ == 0; });
+}
+
+TieredCacheStats TieredCache::stats() const {
+  TieredCacheStats s;
+  {
+    MutexLock lock(&mu_);
+    s = counts_;
+  }
+  s.offload = engine_->stats();
+  return s;
+}
+
+}  // namespace kvmesh

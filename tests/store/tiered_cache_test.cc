@@ -1,0 +1,289 @@
+// TieredCache: offload at or above the priority threshold only, inclusive tiers (a clean block is
+// not copied again), onboard counted as reuse with identical bytes, a run stopping at the first
+// missing block, corruption in a tier (a miss plus a counter; the sequence recomputes), prefetch,
+// capacity limits of both tiers, a disk-only tier, a warm restart (a new manager and pool over
+// the same RocksDB directory), and two pools of different layouts.
+#include "store/tiered_cache.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/store/store_test_util.h"
+#include "tests/store/tiered_test_util.h"
+
+namespace kvmesh {
+namespace {
+
+using store_test::Doc;
+using store_test::LayoutOf;
+using store_test::Rig;
+using store_test::RigOptions;
+using store_test::TempDir;
+using store_test::WholeBlocks;
+
+constexpr TierPoolId kPool{0};
+
+RigOptions Small(std::int64_t pool_blocks, std::int64_t host_blocks) {
+  RigOptions o;
+  o.layout = LayoutOf(store_test::TierShapes()[0].geometry);  // bf16 HND, 16 tokens, 16 KiB
+  o.pool_blocks = pool_blocks;
+  o.host_blocks = host_blocks;
+  return o;
+}
+
+constexpr int kT = 16;  // tokens per block of Small()
+
+TEST(TieredCacheTest, OffloadsVictimsAtOrAboveTheThresholdOnly) {
+  Rig rig(Small(2, 8));
+  const auto a = Doc(kT, 1), b = Doc(kT, 2);
+  rig.Run(1, a, WholeBlocks());    // priority 35: offloaded when evicted
+  rig.Run(2, b, WholeBlocks(10));  // priority 10: dropped
+  rig.Run(3, Doc(kT, 3), WholeBlocks());
+  rig.Run(4, Doc(kT, 4), WholeBlocks());
+  rig.engine().Drain();
+  EXPECT_TRUE(rig.engine().host()->Contains(kPool, rig.Ids(a, WholeBlocks())[0]));
+  EXPECT_FALSE(rig.engine().host()->Contains(kPool, rig.Ids(b, WholeBlocks())[0]));
+  OffloadStats s = rig.engine().stats();
+  EXPECT_EQ(s.skipped_priority, 1);
+  EXPECT_EQ(s.offload.blocks, 1);
+  EXPECT_EQ(s.offload.bytes, rig.view().layout.BytesPerBlock());
+  EXPECT_GT(s.offload.copy_s, 0);
+  EXPECT_EQ(rig.manager().GetStats().pools[0].moved_out_blocks, 1u);
+  // A comes back from the host tier, B is recomputed.
+  auto ra = rig.cache().AddSequence(RequestId{5}, a, WholeBlocks());
+  ASSERT_TRUE(ra.ok());
+  EXPECT_EQ(ra->reused_tokens, kT);
+  EXPECT_TRUE(rig.ReusedBytesMatch(a, WholeBlocks(), *ra));
+  auto rb = rig.cache().AddSequence(RequestId{6}, b, WholeBlocks());
+  ASSERT_TRUE(rb.ok());
+  EXPECT_EQ(rb->reused_tokens, 0);
+  const TieredCacheStats t = rig.cache().stats();
+  EXPECT_EQ(t.host_hit_blocks, 1);
+  EXPECT_EQ(t.missed_blocks, 5);  // 4 first runs + B
+  EXPECT_EQ(t.input_blocks, 6);
+  EXPECT_EQ(t.offload.onboard_host.blocks, 1);
+  EXPECT_EQ(t.offload.onboard_host.bytes, rig.view().layout.BytesPerBlock());
+  EXPECT_TRUE(rig.manager().CheckInvariants().ok());
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{5}).ok());
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{6}).ok());
+}
+
+TEST(TieredCacheTest, InclusiveTiersDoNotCopyACleanBlockAgain) {
+  Rig rig(Small(2, 8));
+  const auto a = Doc(kT, 1);
+  rig.Run(1, a, WholeBlocks());
+  rig.Run(2, Doc(kT, 2), WholeBlocks());
+  rig.Run(3, Doc(kT, 3), WholeBlocks());  // A → host (put 1)
+  rig.engine().Drain();
+  const AddSequenceResult again = rig.Run(4, a, WholeBlocks());  // restored; B → host (put 2)
+  EXPECT_EQ(again.reused_blocks, 1);
+  rig.Run(5, Doc(kT, 4), WholeBlocks());  // C → host (put 3)
+  rig.Run(6, Doc(kT, 5), WholeBlocks());  // A evicted again: clean, not copied
+  rig.engine().Drain();
+  const OffloadStats s = rig.engine().stats();
+  EXPECT_EQ(s.skipped_clean, 1);
+  EXPECT_EQ(s.offload.blocks, 3);
+  EXPECT_EQ(s.host.puts, 3);
+  EXPECT_EQ(s.host.put_present, 0);
+}
+
+TEST(TieredCacheTest, OnboardedBlocksCountAsReusedWithIdenticalBytes) {
+  Rig rig(Small(4, 16));
+  const auto p = Doc(3 * kT + 1, 7);  // 3 reusable full blocks and a partial one
+  rig.Run(1, p, {});
+  for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
+  rig.engine().Drain();
+  EXPECT_EQ(rig.manager().LookupPrefix(p)->cached_tokens, 0);
+  auto r = rig.cache().AddSequence(RequestId{2}, p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->reused_tokens, 3 * kT);
+  EXPECT_EQ(r->reused_blocks, 3);
+  EXPECT_TRUE(rig.ReusedBytesMatch(p, {}, *r));
+  const TieredCacheStats s = rig.cache().stats();
+  EXPECT_EQ(s.host_hit_blocks, 3);
+  EXPECT_EQ(rig.manager().GetStats().pools[0].restored_blocks, 3u);
+  EXPECT_TRUE(rig.manager().CheckInvariants().ok());
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{2}).ok());
+}
+
+TEST(TieredCacheTest, RestoreStopsAtTheFirstBlockNoTierHolds) {
+  Rig rig(Small(4, 16));
+  const auto p = Doc(3 * kT, 7);
+  rig.Run(1, p, WholeBlocks());
+  for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
+  rig.engine().Drain();
+  const auto ids = rig.Ids(p, WholeBlocks());
+  ASSERT_TRUE(rig.engine().host()->Erase(kPool, ids[1]).ok());
+  const AddSequenceResult r = rig.Run(2, p, WholeBlocks());
+  EXPECT_EQ(r.reused_blocks, 1);
+  EXPECT_EQ(rig.cache().stats().host_hit_blocks, 1);
+  EXPECT_EQ(rig.cache().stats().missed_blocks, 3 + 4 + 2);
+}
+
+TEST(TieredCacheTest, CorruptBlockInATierIsAMissAndCountedAndTheSequenceRecomputes) {
+  Rig rig(Small(2, 8));
+  const auto a = Doc(kT, 1);
+  rig.Run(1, a, WholeBlocks());
+  rig.Run(2, Doc(kT, 2), WholeBlocks());
+  rig.Run(3, Doc(kT, 3), WholeBlocks());
+  rig.engine().Drain();
+  const ContentId id = rig.Ids(a, WholeBlocks())[0];
+  std::span<std::byte> slot = rig.engine().host()->SlotBytesForTesting(kPool, id);
+  ASSERT_FALSE(slot.empty());
+  slot[slot.size() / 2] ^= std::byte{0x10};  // a payload byte
+  const AddSequenceResult r = rig.Run(4, a, WholeBlocks());
+  EXPECT_EQ(r.reused_blocks, 0);
+  const TieredCacheStats s = rig.cache().stats();
+  EXPECT_EQ(s.offload.onboard_corrupt, 1);
+  EXPECT_EQ(s.offload.host.corrupt, 1);
+  EXPECT_EQ(s.host_hit_blocks, 0);
+  EXPECT_FALSE(rig.engine().host()->Contains(kPool, id));
+  // The recomputed block is cached again, with the right bytes.
+  auto again = rig.cache().AddSequence(RequestId{5}, a, WholeBlocks());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->reused_blocks, 1);
+  EXPECT_TRUE(rig.ReusedBytesMatch(a, WholeBlocks(), *again));
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{5}).ok());
+}
+
+TEST(TieredCacheTest, PrefetchRestoresBeforeAdmission) {
+  Rig rig(Small(4, 16));
+  const auto p = Doc(2 * kT, 7);
+  EXPECT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 0);  // nothing in the tiers
+  rig.Run(1, p, WholeBlocks());
+  for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
+  rig.engine().Drain();
+  EXPECT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 2);
+  rig.cache().WaitForPrefetches();
+  EXPECT_EQ(rig.manager().LookupPrefix(p, WholeBlocks())->cached_tokens, 2 * kT);
+  auto r = rig.cache().AddSequence(RequestId{2}, p, WholeBlocks());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->reused_blocks, 2);
+  EXPECT_TRUE(rig.ReusedBytesMatch(p, WholeBlocks(), *r));
+  TieredCacheStats s = rig.cache().stats();
+  EXPECT_EQ(s.prefetches, 1);
+  EXPECT_EQ(s.prefetched_blocks, 2);
+  EXPECT_EQ(s.host_hit_blocks, 2);  // counted by the tier they were prefetched from
+  EXPECT_EQ(s.pool_hit_blocks, 0);
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{2}).ok());
+  // A prefetch followed at once by the admission: the admission waits for it or finds its blocks.
+  const auto q = Doc(2 * kT, 8);
+  rig.Run(3, q, WholeBlocks());
+  for (int d = 0; d < 4; ++d) rig.Run(20 + d, Doc(kT, 40 + d), WholeBlocks());
+  rig.engine().Drain();
+  ASSERT_EQ(*rig.cache().Prefetch(q, WholeBlocks()), 2);
+  auto rq = rig.cache().AddSequence(RequestId{4}, q, WholeBlocks());
+  ASSERT_TRUE(rq.ok());
+  EXPECT_EQ(rq->reused_blocks, 2);
+  EXPECT_TRUE(rig.ReusedBytesMatch(q, WholeBlocks(), *rq));
+  s = rig.cache().stats();
+  EXPECT_EQ(s.host_hit_blocks, 4);
+  EXPECT_EQ(s.restore_duplicates, 0);
+  EXPECT_TRUE(rig.manager().CheckInvariants().ok());
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{4}).ok());
+}
+
+TEST(TieredCacheTest, CapacityLimitsOfBothTiers) {
+  TempDir dir;
+  RigOptions o = Small(2, 2);
+  o.disk_path = dir.path();
+  o.disk_blocks = 3;
+  o.copy_threads = 0;  // synchronous: an exact order
+  Rig rig(o);
+  for (int d = 0; d < 10; ++d) rig.Run(d + 1, Doc(kT, d), WholeBlocks());
+  // Pool: 8, 9. Host: 6, 7. Disk: 3, 4, 5 (0, 1, 2 evicted for capacity).
+  const OffloadStats s = rig.engine().stats();
+  EXPECT_EQ(s.host.entries, 2);
+  EXPECT_EQ(s.host.evictions, 6);
+  EXPECT_EQ(s.host.spills, 6);
+  EXPECT_EQ(s.disk.entries, 3);
+  EXPECT_EQ(s.disk.evictions, 3);
+  EXPECT_LE(s.disk.used_bytes, s.disk.capacity_bytes);
+  EXPECT_EQ(s.spill.blocks, 6);
+  auto host_of = [&](int d) {
+    return rig.engine().host()->Contains(kPool, rig.Ids(Doc(kT, d), WholeBlocks())[0]);
+  };
+  auto disk_of = [&](int d) {
+    return rig.engine().disk()->Contains(kPool, rig.Ids(Doc(kT, d), WholeBlocks())[0]);
+  };
+  EXPECT_TRUE(host_of(6) && host_of(7) && !host_of(5));
+  EXPECT_TRUE(disk_of(3) && disk_of(4) && disk_of(5) && !disk_of(2));
+  EXPECT_EQ(rig.Run(20, Doc(kT, 5), WholeBlocks()).reused_blocks, 1);
+  EXPECT_EQ(rig.Run(21, Doc(kT, 0), WholeBlocks()).reused_blocks, 0);
+  const TieredCacheStats t = rig.cache().stats();
+  EXPECT_EQ(t.disk_hit_blocks, 1);
+  EXPECT_EQ(t.offload.onboard_disk.blocks, 1);
+}
+
+TEST(TieredCacheTest, DiskOnlyTierAndWarmRestart) {
+  TempDir dir;
+  RigOptions o = Small(2, 0);  // no host tier: offload goes to RocksDB
+  o.disk_path = dir.path();
+  o.disk_blocks = 64;
+  const auto a = Doc(2 * kT, 1);
+  {
+    Rig rig(o);
+    rig.Run(1, a, WholeBlocks());
+    rig.Run(2, Doc(kT, 2), WholeBlocks());
+    rig.Run(3, Doc(kT, 3), WholeBlocks());
+    rig.engine().Drain();
+    EXPECT_FALSE(rig.engine().stats().has_host);
+    EXPECT_EQ(rig.engine().stats().disk.entries, 2);
+  }
+  // A new manager and pool over the same directory: the blocks are found on disk.
+  o.host_blocks = 4;
+  Rig rig(o);
+  auto r = rig.cache().AddSequence(RequestId{1}, a, WholeBlocks());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->reused_blocks, 2);
+  EXPECT_TRUE(rig.ReusedBytesMatch(a, WholeBlocks(), *r));
+  EXPECT_EQ(rig.cache().stats().disk_hit_blocks, 2);
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{1}).ok());
+}
+
+TEST(TieredCacheTest, TwoPoolsOfDifferentLayouts) {
+  const KvPoolLayout full = LayoutOf(store_test::TierShapes()[0].geometry);  // bf16, 16 tokens
+  KvPoolGeometry g = store_test::TierShapes()[2].geometry;                   // nvfp4, 16 tokens
+  const KvPoolLayout other = LayoutOf(g);
+  const std::vector<PoolMemorySpec> specs{{full, 3, 1.0f}, {other, 3, 2.5f}};
+  PoolStorage storage = std::move(PoolStorage::Allocate(specs)).value();
+  TieredCacheOptions t;
+  t.manager.tokens_per_block = kT;
+  t.manager.pools = {{"a", 3, 0}, {"b", 3, 0}};
+  t.env.pool_memory = storage.views();
+  t.offload.host_capacity_bytes = 1 << 20;
+  t.offload.host_memory = HostMemoryKind::kAligned;
+  auto cache = std::move(TieredCache::Create(std::move(t))).value();
+  BlockManager& m = cache->manager();
+  auto run = [&](std::uint64_t req, const std::vector<Token>& prompt) {
+    const auto ids = m.PlanRestore(prompt, WholeBlocks())->content_ids;
+    auto r = cache->AddSequence(RequestId{req}, prompt, WholeBlocks());
+    KVMESH_CHECK(r.ok()) << r.status().ToString();
+    for (int p = 0; p < 2; ++p) {
+      for (std::size_t i = static_cast<std::size_t>(r->reused_blocks); i < ids.size(); ++i) {
+        FillSyntheticBlock(storage.view(p), r->tables[p].block_ids[i], ids[i]);
+      }
+    }
+    KVMESH_CHECK(m.StoreFullBlocks(RequestId{req}).ok());
+    return std::make_pair(*r, ids);
+  };
+  const auto a = Doc(2 * kT, 1);
+  run(1, a);
+  KVMESH_CHECK(m.RemoveSequence(RequestId{1}).ok());
+  run(2, Doc(3 * kT, 2));  // evicts both blocks of A, in both pools
+  KVMESH_CHECK(m.RemoveSequence(RequestId{2}).ok());
+  cache->engine().Drain();
+  EXPECT_EQ(cache->engine().stats().offload.blocks, 4);
+  auto [r, ids] = run(3, a);
+  EXPECT_EQ(r.reused_blocks, 2);
+  for (int p = 0; p < 2; ++p) {
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_TRUE(SyntheticBlockMatches(storage.view(p), r.tables[p].block_ids[i], ids[i]))
+          << "pool " << p << " block " << i;
+    }
+  }
+  KVMESH_CHECK(m.RemoveSequence(RequestId{3}).ok());
+  EXPECT_TRUE(m.CheckInvariants().ok());
+}
+
+}  // namespace
+}  // namespace kvmesh
