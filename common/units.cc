@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <limits>
 
 #include "common/strings.h"
 
@@ -63,7 +62,7 @@ Result<std::int64_t> ParseQuantity(std::string_view text, bool allow_b, std::str
     return Status::InvalidArgument(StrCat("bad ", what, " '", original, "'"));
   }
   const double value = number * multiplier;
-  if (value > static_cast<double>(std::numeric_limits<std::int64_t>::max() / 2)) {
+  if (value >= 0x1p62) {  // far beyond any memory size, and exactly representable
     return Status::InvalidArgument(StrCat(what, " '", original, "' is too large"));
   }
   if (value != std::floor(value)) {
