@@ -1,5 +1,8 @@
 // kvctl: the operator's tool. One subcommand per file (cli/<name>_command.{h,cc}), registered
 // below; see cli/command.h for how commands report errors and docs/kvctl.md for every command.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
@@ -7,6 +10,10 @@
 #include "cli/replay_command.h"
 
 int main(int argc, char** argv) {
+  // stdout is kvctl's interface (tables, --json): library logs (store/ and up) go to stderr,
+  // warnings and errors only.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("kvctl"));
+  spdlog::set_level(spdlog::level::warn);
   CLI::App app{"kvctl: inspect and control kvmesh KV-cache pools", "kvctl"};
   app.require_subcommand(1);
   kvmesh::cli::CommandOutcome outcome;

@@ -165,16 +165,25 @@ Result<std::vector<TraceRequest>> LoadTrace(const ReplayOptions& o, ReplaySource
 
 Result<ReplayRun> RunOnce(std::span<const TraceRequest> trace, ReplayConfig config,
                           const ReplayCapacity& capacity, std::ostream* progress_stream,
-                          const std::string& label) {
+                          const std::string& label,
+                          const std::optional<TieredReplayOptions>& tiers = std::nullopt) {
   ProgressBar bar(progress_stream, label);
   if (progress_stream != nullptr) {
     config.progress = [&bar](const ReplayProgress& p) { bar.Update(p); };
   }
+  ReplayRun run;
+  run.capacity = capacity;
+  if (tiers) {
+    Result<TieredReplayResult> result = ReplayTraceWithTiers(trace, config, *tiers);
+    bar.Finish();
+    if (!result.ok()) return result.status();
+    run.result = std::move(result->replay);
+    run.tiers = std::move(result->tiers);
+    return run;
+  }
   Result<ReplayResult> result = ReplayTrace(trace, config);
   bar.Finish();
   if (!result.ok()) return result.status();
-  ReplayRun run;
-  run.capacity = capacity;
   run.result = std::move(result).value();
   return run;
 }
@@ -252,6 +261,8 @@ Status RunReplay(const ReplayOptions& options, std::ostream& out, std::ostream& 
   KVMESH_ASSIGN_OR_RETURN(ReplayConfig config, MakeConfig(o));
   KVMESH_ASSIGN_OR_RETURN(const ReplayCapacity capacity, ResolveCapacity(o));
   config.capacity_blocks = capacity.blocks;
+  KVMESH_ASSIGN_OR_RETURN(const std::optional<TieredReplayOptions> tiers,
+                          ResolveReplayTiers(o.tiers, capacity.blocks.has_value(), o.sweep));
   ReplaySource source;
   KVMESH_ASSIGN_OR_RETURN(const std::vector<TraceRequest> trace, LoadTrace(o, &source));
   const bool show_progress = !o.no_progress && (o.progress || err_is_tty);
@@ -260,7 +271,7 @@ Status RunReplay(const ReplayOptions& options, std::ostream& out, std::ostream& 
     return RunSweep(o, trace, source, config, progress_stream, out);
   }
   KVMESH_ASSIGN_OR_RETURN(const ReplayRun run,
-                          RunOnce(trace, config, capacity, progress_stream, ""));
+                          RunOnce(trace, config, capacity, progress_stream, "", tiers));
   if (o.json) {
     PrintReplayJson(source, run, out);
   } else {
@@ -331,6 +342,7 @@ void RegisterReplayCommand(CLI::App& app, CommandOutcome& outcome) {
   sub->add_flag("--progress", o->progress, "Progress bar on stderr even when it is not a terminal");
   sub->add_flag("--no-progress", o->no_progress, "No progress bar");
   sub->add_flag("--json", o->json, "Print the stable JSON format (docs/kvctl.md)");
+  AddReplayTierFlags(sub, &o->tiers);
   sub->callback([o, sub, &outcome] {
     ReplayOptions options = *o;
     options.sweep = sub->count("--sweep") > 0;

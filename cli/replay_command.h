@@ -10,6 +10,11 @@
 //                [--priority-prefix-blocks N --priority-prefix P --priority-tail P]
 //                [--sweep [CAPACITIES] [--out-dir DIR] [--plot | --no-plot]]
 //                [--limit N] [--progress | --no-progress] [--json]
+//                [--host-tier-blocks N] [--disk-tier-blocks N [--disk-path DIR | --keep-disk]]
+//                [--tier-block-bytes B] [--offload-min-priority P] [--copy-threads N]
+//
+// With tier flags the pool gets a host tier and/or a RocksDB tier behind it, moving real bytes
+// (cli/replay_tiers.h, store/tiered_replay.h).
 //
 // Errors (exit 2, nothing on stdout): a missing trace file, a malformed line (with its number),
 // both capacity flags, a capacity of 0 blocks, an unknown policy, inconsistent flags. A sweep
@@ -22,6 +27,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/replay_tiers.h"
 #include "pool/trace.h"
 
 namespace kvmesh::cli {
@@ -51,6 +57,7 @@ struct ReplayOptions {
   bool progress = false;
   bool no_progress = false;
   bool json = false;
+  ReplayTierFlags tiers;
 };
 
 // "1000,2000,5000,10000,20000,unlimited"

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/replay_report.h"
+#include "cli/replay_tiers.h"
 #include "common/strings.h"
 #include "common/units.h"
 
@@ -83,6 +84,7 @@ void AddRunFields(const ReplayRun& run, Json& j) {
   j["cached_by_priority"] = by_priority;
   j["wall_seconds"] = r.wall_s;
   j["requests_per_second"] = r.requests_per_s();
+  j["tiers"] = run.tiers ? ReplayTiersJson(r, *run.tiers) : Json(nullptr);
 }
 
 void PrintSourceText(const ReplaySource& s, std::ostream& out) {
@@ -139,6 +141,7 @@ void PrintReplayText(const ReplaySource& source, const ReplayRun& run, std::ostr
   out << "cached      " << r.cached_blocks << " blocks at the end\n";
   out << "time        " << Fixed(r.wall_s, 2) << " s (" << Fixed(r.requests_per_s(), 0)
       << " requests/s)\n";
+  if (run.tiers) PrintReplayTiersText(r, *run.tiers, out);
 }
 
 void PrintReplayJson(const ReplaySource& source, const ReplayRun& run, std::ostream& out) {

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "pool/trace.h"
 #include "pool/trace_replay.h"
+#include "store/tiered_replay.h"
 
 namespace kvmesh::cli {
 
@@ -39,6 +40,7 @@ struct ReplayCapacity {
 struct ReplayRun {
   ReplayCapacity capacity;
   ReplayResult result;
+  std::optional<TieredReplayStats> tiers;  // with --host-tier-blocks / --disk-tier-blocks
 };
 
 struct SweepOutput {

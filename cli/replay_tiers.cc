@@ -1,0 +1,174 @@
+#include "cli/replay_tiers.h"
+
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <sstream>
+
+#include "common/strings.h"
+#include "common/units.h"
+
+namespace kvmesh::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string Fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+Result<std::int64_t> CountFlag(std::string_view flag, const std::string& text) {
+  auto n = ParseCount(text);
+  if (!n.ok()) return n.status().WithContext(flag);
+  return *n;
+}
+
+std::string Traffic(const TierTraffic& t) {
+  return StrCat(t.blocks, " blocks, ", FormatBytes(t.bytes), " (", Fixed(t.bytes_per_s() / 1e9, 2),
+                " GB/s over ", Fixed(t.copy_s, 3), " s of copies)");
+}
+
+Json TrafficJson(const TierTraffic& t) {
+  return Json{{"blocks", t.blocks},
+              {"bytes", t.bytes},
+              {"copy_seconds", t.copy_s},
+              {"bytes_per_second", t.bytes_per_s()}};
+}
+
+}  // namespace
+
+void AddReplayTierFlags(CLI::App* sub, ReplayTierFlags* f) {
+  sub->add_option("--host-tier-blocks", f->host_blocks,
+                  "Host tier behind the pool, in blocks (e.g. 58600); needs --capacity-blocks");
+  sub->add_option("--disk-tier-blocks", f->disk_blocks,
+                  "RocksDB tier behind the host tier, in blocks (e.g. 586000)");
+  sub->add_option("--disk-path", f->disk_path,
+                  "Directory of the RocksDB tier (kept; default: a temporary directory, removed)");
+  sub->add_flag("--keep-disk", f->keep_disk, "Keep the temporary RocksDB directory");
+  sub->add_option("--tier-block-bytes", f->block_bytes,
+                  "Bytes of one block in the pool and the tiers (default 4KiB: 1 layer, K and V, "
+                  "1 head, FP8, head_dim = bytes / (2 x tokens per block))");
+  sub->add_option("--offload-min-priority", f->offload_min_priority,
+                  "Evicted blocks below this priority are not offloaded (0-101)")
+      ->capture_default_str();
+  sub->add_option("--copy-threads", f->copy_threads,
+                  "Copy workers of the offload engine (0: synchronous copies)")
+      ->capture_default_str();
+}
+
+Result<std::optional<TieredReplayOptions>> ResolveReplayTiers(const ReplayTierFlags& f,
+                                                              bool has_capacity, bool sweep) {
+  if (!f.any()) {
+    if (!f.disk_path.empty() || f.keep_disk || !f.block_bytes.empty() ||
+        f.offload_min_priority != kTierDefaultPriority || f.copy_threads != 1) {
+      return Status::InvalidArgument(
+          "--disk-path, --keep-disk, --tier-block-bytes, --offload-min-priority and "
+          "--copy-threads apply with --host-tier-blocks or --disk-tier-blocks only");
+    }
+    return std::optional<TieredReplayOptions>();
+  }
+  if (sweep) return Status::InvalidArgument("--sweep does not take tiers");
+  if (!has_capacity) {
+    return Status::InvalidArgument(
+        "tiers need a pool capacity (--capacity-blocks or --capacity-bytes)");
+  }
+  TieredReplayOptions o;
+  if (!f.host_blocks.empty()) {
+    KVMESH_ASSIGN_OR_RETURN(o.host_blocks, CountFlag("--host-tier-blocks", f.host_blocks));
+  }
+  if (!f.disk_blocks.empty()) {
+    KVMESH_ASSIGN_OR_RETURN(o.disk_blocks, CountFlag("--disk-tier-blocks", f.disk_blocks));
+  }
+  if (o.host_blocks == 0 && o.disk_blocks == 0) {
+    return Status::InvalidArgument("--host-tier-blocks and --disk-tier-blocks are both 0");
+  }
+  if (o.disk_blocks == 0 && (!f.disk_path.empty() || f.keep_disk)) {
+    return Status::InvalidArgument("--disk-path and --keep-disk need --disk-tier-blocks");
+  }
+  if (!f.disk_path.empty() && f.keep_disk) {
+    return Status::InvalidArgument(
+        "--keep-disk applies to the temporary directory only (a "
+        "--disk-path is always kept)");
+  }
+  if (!f.block_bytes.empty()) {
+    auto bytes = ParseBytes(f.block_bytes);
+    if (!bytes.ok()) return bytes.status().WithContext("--tier-block-bytes");
+    o.block_bytes = *bytes;
+  }
+  if (f.offload_min_priority < kTierMinPriority || f.offload_min_priority > kTierMaxPriority + 1) {
+    return Status::InvalidArgument(StrCat("--offload-min-priority ", f.offload_min_priority,
+                                          " is outside 0..", kTierMaxPriority + 1));
+  }
+  if (f.copy_threads < 0 || f.copy_threads > 64) {
+    return Status::InvalidArgument(StrCat("--copy-threads ", f.copy_threads, " is outside 0..64"));
+  }
+  o.disk_path = f.disk_path;
+  o.keep_disk = f.keep_disk;
+  o.offload_min_priority = f.offload_min_priority;
+  o.copy_threads = f.copy_threads;
+  return std::optional<TieredReplayOptions>(o);
+}
+
+void PrintReplayTiersText(const ReplayResult& r, const TieredReplayStats& t, std::ostream& out) {
+  const OffloadStats& s = t.offload;
+  const KvPoolGeometry& g = t.geometry;
+  out << "tiers       host " << t.host_blocks << " blocks, disk " << t.disk_blocks << " blocks";
+  if (!t.disk_path.empty()) {
+    out << " (" << t.disk_path << (t.disk_kept ? ", kept" : ", removed") << ")";
+  }
+  out << "\n            block " << FormatBytes(t.block_bytes) << " (bundle " << t.bundle_bytes
+      << " B): " << g.num_layers << " layer, K and V, " << g.num_kv_heads << " head, head_dim "
+      << g.head_dim << ", fp8\n";
+  out << "hits        pool " << r.reused_blocks << ", host " << t.host_hit_blocks << ", disk "
+      << t.disk_hit_blocks << ", missed " << r.input_blocks - r.reused_blocks - r.restored_blocks
+      << "\n";
+  out << "with tiers  hit rate " << Fixed(r.hit_rate_with_tiers(), 4) << "\n";
+  out << "offload     " << Traffic(s.offload) << "\n";
+  out << "            skipped: " << s.skipped_clean << " clean (in a tier already), "
+      << s.skipped_priority << " below priority; " << s.offload_failed << " failed\n";
+  if (s.has_disk) out << "spill       " << Traffic(s.spill) << "\n";
+  out << "onboard     host " << Traffic(s.onboard_host) << "\n";
+  if (s.has_disk) out << "            disk " << Traffic(s.onboard_disk) << "\n";
+  out << "checked     " << t.verified_blocks << " restored blocks, " << t.mismatched_blocks
+      << " mismatched, " << s.onboard_corrupt << " corrupt reads\n";
+}
+
+Json ReplayTiersJson(const ReplayResult& r, const TieredReplayStats& t) {
+  const OffloadStats& s = t.offload;
+  const KvPoolGeometry& g = t.geometry;
+  Json j;
+  j["host_blocks"] = t.host_blocks;
+  j["disk_blocks"] = t.disk_blocks;
+  j["disk_path"] = t.disk_path.empty() ? Json(nullptr) : Json(t.disk_path);
+  j["disk_kept"] = t.disk_kept;
+  j["block_bytes"] = t.block_bytes;
+  j["bundle_bytes"] = t.bundle_bytes;
+  j["geometry"] = Json{{"num_layers", g.num_layers},
+                       {"kv_factor", g.kv_factor},
+                       {"num_kv_heads", g.num_kv_heads},
+                       {"head_dim", g.head_dim},
+                       {"dtype", "fp8_per_tensor"}};
+  j["hit_rate_with_tiers"] = r.hit_rate_with_tiers();
+  j["hits"] = Json{{"pool", r.reused_blocks},
+                   {"host", t.host_hit_blocks},
+                   {"disk", t.disk_hit_blocks},
+                   {"missed", r.input_blocks - r.reused_blocks - r.restored_blocks}};
+  j["offload"] = TrafficJson(s.offload);
+  j["spill"] = TrafficJson(s.spill);
+  j["onboard_host"] = TrafficJson(s.onboard_host);
+  j["onboard_disk"] = TrafficJson(s.onboard_disk);
+  j["skipped_clean"] = s.skipped_clean;
+  j["skipped_priority"] = s.skipped_priority;
+  j["offload_failed"] = s.offload_failed;
+  j["spill_failed"] = s.spill_failed;
+  j["corrupt_reads"] = s.onboard_corrupt;
+  j["verified_blocks"] = t.verified_blocks;
+  j["mismatched_blocks"] = t.mismatched_blocks;
+  j["host_entries"] = s.host.entries;
+  j["disk_entries"] = s.disk.entries;
+  return j;
+}
+
+}  // namespace kvmesh::cli
