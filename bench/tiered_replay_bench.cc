@@ -1,0 +1,196 @@
+// Replay of the Mooncake conversation trace with tiers (store/tiered_replay.h): a pool of 5,860
+// blocks of 512 tokens (3M tokens) alone, the same pool with a host tier of 10x and a RocksDB
+// tier of 100x as many blocks, and an unlimited pool. Blocks are real bytes (4 KiB each: 1 layer,
+// K and V, 1 head, head_dim 4, FP8) written with content derived from their content ids; the
+// tiers hold and move them (offload to host, spill to RocksDB, verified restores, every restored
+// block checked).
+//
+//   tiered_replay_bench [TRACE.jsonl]      (default: $KVMESH_MOONCAKE_TRACE or the build's path)
+//   environment: KVMESH_BENCH_LIMIT=N replays the first N requests only; TMPDIR for RocksDB.
+//
+// Prints the three hit rates, hits per tier, bytes moved and copy rates, wall time, requests/s,
+// and:
+//   RATIO tiered_replay_hit_rate_vs_unlimited <with tiers / unlimited> unlimited goal>=0.95
+//     (goal: with a disk tier larger than the trace's distinct blocks, the tiers should recover
+//     nearly every hit an unlimited pool gets; what is lost is blocks in flight and tail blocks
+//     below the offload priority)
+//   INFO  pool_only_hit_rate_vs_unlimited <pool alone / unlimited> unlimited  (information)
+//   INFO  tiered_replay_requests_per_s_vs_pool_only <with tiers / pool alone> pool_only
+//   INFO  tiered_onboard_host_vs_memcpy <host onboard bytes/s / memcpy of 4 KiB blocks> memcpy
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pool/trace.h"
+#include "pool/trace_replay.h"
+#include "store/tiered_replay.h"
+
+namespace kvmesh {
+namespace {
+
+constexpr std::int64_t kPoolBlocks = 5860;
+constexpr std::int64_t kHostBlocks = 10 * kPoolBlocks;
+constexpr std::int64_t kDiskBlocks = 100 * kPoolBlocks;
+constexpr std::int64_t kBlockBytes = 4096;
+
+std::string TracePath(int argc, char** argv) {
+  if (argc > 1) return argv[1];
+  if (const char* env = std::getenv("KVMESH_MOONCAKE_TRACE"); env != nullptr && *env != '\0') {
+    return env;
+  }
+  return KVMESH_MOONCAKE_TRACE_DEFAULT;
+}
+
+// memcpy of 4 KiB blocks over 64 MiB, bytes per second (the in-run baseline of the copy rates).
+double MemcpyBytesPerSecond() {
+  constexpr std::size_t kTotal = 64 << 20;
+  std::vector<std::byte> src(kTotal, std::byte{1}), dst(kTotal);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t off = 0; off < kTotal; off += kBlockBytes) {
+      std::memcpy(dst.data() + off, src.data() + off, kBlockBytes);
+    }
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    best = std::max(best, static_cast<double>(kTotal) / s);
+  }
+  if (dst[kTotal / 2] != std::byte{1}) std::printf("memcpy check failed\n");
+  return best;
+}
+
+void PrintTraffic(const char* name, const TierTraffic& t) {
+  std::printf("  %-14s %10lld blocks %10.1f MiB  %8.2f GB/s over %.3f s of copies\n", name,
+              static_cast<long long>(t.blocks), static_cast<double>(t.bytes) / (1 << 20),
+              t.bytes_per_s() / 1e9, t.copy_s);
+}
+
+int Run(int argc, char** argv) {
+  const std::string path = TracePath(argc, argv);
+  std::optional<std::int64_t> limit;
+  if (const char* env = std::getenv("KVMESH_BENCH_LIMIT"); env != nullptr) limit = std::atoll(env);
+  auto trace = ReadTrace(path, limit);
+  if (!trace.ok()) {
+    std::printf("SKIP tiered_replay_bench: %s\n", trace.status().ToString().c_str());
+    return 0;
+  }
+  std::int64_t input = 0;
+  for (const TraceRequest& r : *trace) input += std::ssize(r.hash_ids);
+  const char* tmp = std::getenv("TMPDIR");
+  struct statvfs vfs {};
+  const std::string tmp_dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  if (statvfs(tmp_dir.c_str(), &vfs) == 0) {
+    const double free_gib =
+        static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize) / (1 << 30);
+    const double need_gib =
+        static_cast<double>(std::min(input, kDiskBlocks)) * 4300 * 2 / (1 << 30);
+    std::printf("disk: %.1f GiB free in %s, at most %.1f GiB needed\n", free_gib, tmp_dir.c_str(),
+                need_gib);
+    if (free_gib < need_gib) {
+      std::printf("SKIP tiered_replay_bench: not enough free disk\n");
+      return 0;
+    }
+  }
+  std::printf("trace %s: %zu requests, %lld input blocks of 512 tokens\n", path.c_str(),
+              trace->size(), static_cast<long long>(input));
+
+  ReplayConfig config;
+  config.tokens_per_block = kMooncakeBlockTokens;
+  config.policy = EvictionPolicyKind::kLru;
+  ReplayConfig unlimited_config = config;
+  config.capacity_blocks = kPoolBlocks;
+  auto unlimited = ReplayTrace(*trace, unlimited_config);
+  auto alone = ReplayTrace(*trace, config);
+  if (!unlimited.ok() || !alone.ok()) {
+    std::printf("replay failed: %s\n",
+                (!unlimited.ok() ? unlimited.status() : alone.status()).ToString().c_str());
+    return 1;
+  }
+  TieredReplayOptions tiers;
+  tiers.block_bytes = kBlockBytes;
+  tiers.host_blocks = kHostBlocks;
+  tiers.disk_blocks = kDiskBlocks;
+  tiers.copy_threads = 1;
+  const auto start = std::chrono::steady_clock::now();
+  auto tiered = ReplayTraceWithTiers(*trace, config, tiers);
+  const double tiered_wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!tiered.ok()) {
+    std::printf("replay with tiers failed: %s\n", tiered.status().ToString().c_str());
+    return 1;
+  }
+  const ReplayResult& t = tiered->replay;
+  const TieredReplayStats& s = tiered->tiers;
+  std::printf("\n%-34s %9s %10s %10s %9s %12s\n", "run", "hit_rate", "reused", "restored", "wall_s",
+              "requests/s");
+  std::printf("%-34s %9.4f %10lld %10s %9.2f %12.0f\n", "pool 5860 blocks alone (lru)",
+              alone->hit_rate(), static_cast<long long>(alone->reused_blocks), "-", alone->wall_s,
+              alone->requests_per_s());
+  std::printf("%-34s %9.4f %10lld %10lld %9.2f %12.0f\n", "pool + host 58600 + disk 586000",
+              t.hit_rate_with_tiers(), static_cast<long long>(t.reused_blocks),
+              static_cast<long long>(t.restored_blocks), tiered_wall,
+              static_cast<double>(t.requests) / tiered_wall);
+  std::printf("%-34s %9.4f %10lld %10s %9.2f %12.0f\n", "unlimited pool", unlimited->hit_rate(),
+              static_cast<long long>(unlimited->reused_blocks), "-", unlimited->wall_s,
+              unlimited->requests_per_s());
+  std::printf("\nwith tiers: hits pool %lld, host %lld, disk %lld; missed %lld (recomputed)\n",
+              static_cast<long long>(t.reused_blocks), static_cast<long long>(s.host_hit_blocks),
+              static_cast<long long>(s.disk_hit_blocks),
+              static_cast<long long>(t.input_blocks - t.reused_blocks - t.restored_blocks));
+  std::printf("block %lld bytes (bundle %lld): %d layer, kv %d, %d head, head_dim %d, fp8\n",
+              static_cast<long long>(s.block_bytes), static_cast<long long>(s.bundle_bytes),
+              s.geometry.num_layers, s.geometry.kv_factor, s.geometry.num_kv_heads,
+              s.geometry.head_dim);
+  std::printf("restored blocks checked %lld, mismatched %lld, corrupt reads %lld\n",
+              static_cast<long long>(s.verified_blocks),
+              static_cast<long long>(s.mismatched_blocks),
+              static_cast<long long>(s.offload.onboard_corrupt));
+  std::printf(
+      "evictions %lld: offloaded %lld, clean (already in a tier) %lld, below priority %lld, "
+      "failed %lld\n",
+      static_cast<long long>(s.offload.evictions_seen),
+      static_cast<long long>(s.offload.offload.blocks),
+      static_cast<long long>(s.offload.skipped_clean),
+      static_cast<long long>(s.offload.skipped_priority),
+      static_cast<long long>(s.offload.offload_failed));
+  PrintTraffic("offload", s.offload.offload);
+  PrintTraffic("spill", s.offload.spill);
+  PrintTraffic("onboard host", s.offload.onboard_host);
+  PrintTraffic("onboard disk", s.offload.onboard_disk);
+  std::printf("host tier: %lld entries, %lld evictions; disk tier: %lld entries, %.1f MiB\n",
+              static_cast<long long>(s.offload.host.entries),
+              static_cast<long long>(s.offload.host.evictions),
+              static_cast<long long>(s.offload.disk.entries),
+              static_cast<double>(s.offload.disk.used_bytes) / (1 << 20));
+  const double memcpy_rate = MemcpyBytesPerSecond();
+  std::printf("memcpy of 4 KiB blocks: %.2f GB/s\n\n", memcpy_rate / 1e9);
+
+  const double unl = unlimited->hit_rate();
+  std::printf("RATIO tiered_replay_hit_rate_vs_unlimited %.3f unlimited goal>=0.95\n",
+              unl > 0 ? t.hit_rate_with_tiers() / unl : 0.0);
+  std::printf("INFO pool_only_hit_rate_vs_unlimited %.3f unlimited\n",
+              unl > 0 ? alone->hit_rate() / unl : 0.0);
+  std::printf("INFO tiered_replay_requests_per_s_vs_pool_only %.3f pool_only\n",
+              alone->requests_per_s() > 0
+                  ? static_cast<double>(t.requests) / tiered_wall / alone->requests_per_s()
+                  : 0.0);
+  std::printf("INFO tiered_onboard_host_vs_memcpy %.3f memcpy_4KiB_blocks\n",
+              memcpy_rate > 0 ? s.offload.onboard_host.bytes_per_s() / memcpy_rate : 0.0);
+  if (s.mismatched_blocks != 0) {
+    std::printf("FAIL: %lld restored blocks had wrong bytes\n",
+                static_cast<long long>(s.mismatched_blocks));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvmesh
+
+int main(int argc, char** argv) { return kvmesh::Run(argc, argv); }
