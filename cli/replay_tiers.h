@@ -24,7 +24,7 @@ struct ReplayTierFlags {
   int copy_threads = 1;
 
   // Whether any flag that asks for tiers was given.
-  bool any() const { return !host_blocks.empty() || !disk_blocks.empty(); }
+  [[nodiscard]] bool any() const { return !host_blocks.empty() || !disk_blocks.empty(); }
 };
 
 void AddReplayTierFlags(CLI::App* sub, ReplayTierFlags* flags);

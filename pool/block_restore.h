@@ -52,7 +52,7 @@ struct RestorePlan {
   // options.reuse_last_token): ids [0, pool_blocks) of tree nodes, then the candidates.
   std::vector<ContentId> content_ids;
 
-  std::int64_t num_candidates() const {
+  [[nodiscard]] std::int64_t num_candidates() const {
     return static_cast<std::int64_t>(content_ids.size()) - pool_blocks;
   }
 };
@@ -68,13 +68,13 @@ class RestoreReservation {
   ~RestoreReservation();
 
   // Reserved blocks (full blocks of the prompt) [first_block(), first_block() + count()).
-  std::int64_t first_block() const;
-  std::int64_t count() const;
-  bool empty() const { return count() == 0; }
+  [[nodiscard]] std::int64_t first_block() const;
+  [[nodiscard]] std::int64_t count() const;
+  [[nodiscard]] bool empty() const { return count() == 0; }
   // The block reserved in `pool` for reserved block i (0 <= i < count()).
-  BlockId block(std::int64_t i, int pool) const;
+  [[nodiscard]] BlockId block(std::int64_t i, int pool) const;
   // The content id the block will be published under.
-  const ContentId& content_id(std::int64_t i) const;
+  [[nodiscard]] const ContentId& content_id(std::int64_t i) const;
 
   struct State;  // block_manager_restore.cc
 

@@ -58,9 +58,9 @@ class MoveOutTicket {
   ~MoveOutTicket() { Complete(); }
 
   // Whether this handle still holds the move (not completed, not moved from).
-  bool valid() const { return queue_ != nullptr; }
-  PoolId pool() const { return pool_; }
-  BlockId block() const { return block_; }
+  [[nodiscard]] bool valid() const { return queue_ != nullptr; }
+  [[nodiscard]] PoolId pool() const { return pool_; }
+  [[nodiscard]] BlockId block() const { return block_; }
 
   // Ends the move: the block may be reused from now on. No-op on an invalid ticket.
   void Complete();
@@ -90,7 +90,7 @@ class MoveOutQueue {
   void Withdraw(MoveOutTicket& ticket) KVMESH_EXCLUDES(mu_);
 
   // Whether completed moves wait to be taken (cheap; no lock).
-  bool has_completed() const { return pending_.load(std::memory_order_acquire) > 0; }
+  [[nodiscard]] bool has_completed() const { return pending_.load(std::memory_order_acquire) > 0; }
   // Appends the completed moves to `out` and forgets them.
   void TakeCompleted(std::vector<MovedOutBlock>* out) KVMESH_EXCLUDES(mu_);
   // Blocks until a completed move waits to be taken; returns at once when one does, or when no
@@ -99,7 +99,7 @@ class MoveOutQueue {
   // Blocks until no ticket is outstanding.
   void AwaitAllCompleted() KVMESH_EXCLUDES(mu_);
   // Tickets issued and neither completed nor withdrawn.
-  std::int64_t outstanding() const KVMESH_EXCLUDES(mu_);
+  [[nodiscard]] std::int64_t outstanding() const KVMESH_EXCLUDES(mu_);
 
  private:
   friend class MoveOutTicket;

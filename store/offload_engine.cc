@@ -21,7 +21,7 @@ struct TrafficCounters {
     bytes.fetch_add(n_bytes, std::memory_order_relaxed);
     ns.fetch_add(n_ns, std::memory_order_relaxed);
   }
-  TierTraffic Load() const {
+  [[nodiscard]] TierTraffic Load() const {
     TierTraffic t;
     t.blocks = blocks.load(std::memory_order_relaxed);
     t.bytes = bytes.load(std::memory_order_relaxed);
@@ -198,7 +198,7 @@ Status OffloadEngine::Spill(const EvictedBundle& victim) {
   const std::int64_t bytes = block_bytes_[victim.pool.value];
   if (options_.copy_threads == 0) {
     const auto start = SteadyClock::now();
-    const Status st = disk_->PutBundle(victim.pool, victim.id, victim.bundle, victim.priority);
+    Status st = disk_->PutBundle(victim.pool, victim.id, victim.bundle, victim.priority);
     if (st.ok()) {
       counters_->spill.Add(bytes, NanosSince(start));
     } else {

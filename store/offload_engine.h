@@ -90,7 +90,9 @@ struct TierTraffic {
   std::int64_t blocks = 0;  // pool blocks copied (a node with blocks in two pools counts two)
   std::int64_t bytes = 0;   // block bytes
   double copy_s = 0;        // time spent in the copies, summed over threads
-  double bytes_per_s() const { return copy_s > 0 ? static_cast<double>(bytes) / copy_s : 0.0; }
+  [[nodiscard]] double bytes_per_s() const {
+    return copy_s > 0 ? static_cast<double>(bytes) / copy_s : 0.0;
+  }
 };
 
 struct OffloadStats {
@@ -153,13 +155,13 @@ class OffloadEngine final : public EvictionListener {
 
   // Waits until every copy and spill started before the call has finished.
   void Drain() KVMESH_EXCLUDES(mu_);
-  OffloadStats stats() const KVMESH_EXCLUDES(mu_);
+  [[nodiscard]] OffloadStats stats() const KVMESH_EXCLUDES(mu_);
 
-  int num_pools() const { return static_cast<int>(options_.pools.size()); }
-  const std::vector<KvPoolView>& pools() const { return options_.pools; }
+  [[nodiscard]] int num_pools() const { return static_cast<int>(options_.pools.size()); }
+  [[nodiscard]] const std::vector<KvPoolView>& pools() const { return options_.pools; }
   HostTier* host() { return host_.get(); }
   RocksDbTier* disk() { return disk_.get(); }
-  int copy_threads() const { return options_.copy_threads; }
+  [[nodiscard]] int copy_threads() const { return options_.copy_threads; }
 
  private:
   struct Counters;

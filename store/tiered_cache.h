@@ -71,8 +71,10 @@ struct TieredCacheStats {
   std::int64_t prefetch_waits = 0;      // admissions that waited for a prefetch
   OffloadStats offload;
 
-  std::int64_t hit_blocks() const { return pool_hit_blocks + host_hit_blocks + disk_hit_blocks; }
-  double hit_rate() const {
+  [[nodiscard]] std::int64_t hit_blocks() const {
+    return pool_hit_blocks + host_hit_blocks + disk_hit_blocks;
+  }
+  [[nodiscard]] double hit_rate() const {
     return input_blocks == 0
                ? 0.0
                : static_cast<double>(hit_blocks()) / static_cast<double>(input_blocks);
@@ -104,7 +106,7 @@ class TieredCache {
   // Waits until every prefetch started so far is published.
   void WaitForPrefetches() KVMESH_EXCLUDES(mu_);
 
-  TieredCacheStats stats() const KVMESH_EXCLUDES(mu_);
+  [[nodiscard]] TieredCacheStats stats() const KVMESH_EXCLUDES(mu_);
 
  private:
   struct Inflight;

@@ -48,7 +48,7 @@ Result<KvPoolGeometry> ReplayBlockGeometry(std::int32_t tokens_per_block,
   return g;
 }
 
-Result<std::unique_ptr<TieredReplay>> TieredReplay::Create(TieredReplayOptions options) {
+Result<std::unique_ptr<TieredReplay>> TieredReplay::Create(const TieredReplayOptions& options) {
   if (options.capacity_blocks < 1) {
     return Status::InvalidArgument(StrCat("a replay with tiers needs a pool capacity (blocks >= 1)",
                                           ", got ", options.capacity_blocks));

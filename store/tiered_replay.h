@@ -73,7 +73,7 @@ struct TieredReplayStats {
 class TieredReplay final : public ReplayTierHooks {
  public:
   // kInvalidArgument: capacity_blocks < 1, a bad geometry, no tier at all; tier errors.
-  static Result<std::unique_ptr<TieredReplay>> Create(TieredReplayOptions options);
+  static Result<std::unique_ptr<TieredReplay>> Create(const TieredReplayOptions& options);
   // Drains the engine, closes the tiers, removes a temporary disk directory unless keep_disk.
   // REQUIRES: the replay using these hooks is gone (its manager holds the listener).
   ~TieredReplay() override;
@@ -83,9 +83,9 @@ class TieredReplay final : public ReplayTierHooks {
 
   // Waits for the copies in flight, then returns the figures.
   TieredReplayStats Finish();
-  TieredReplayStats stats() const;
+  [[nodiscard]] TieredReplayStats stats() const;
   OffloadEngine& engine() { return *engine_; }
-  const KvPoolView& pool() const { return storage_.view(0); }
+  [[nodiscard]] const KvPoolView& pool() const { return storage_.view(0); }
 
  private:
   TieredReplay() = default;
