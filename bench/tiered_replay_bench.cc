@@ -71,6 +71,74 @@ void PrintTraffic(const char* name, const TierTraffic& t) {
               t.bytes_per_s() / 1e9, t.copy_s);
 }
 
+// The tables and the RATIO/INFO lines; false when a restored block had wrong bytes.
+bool Report(const ReplayResult& alone, const TieredReplayResult& tiered, double tiered_wall,
+            const ReplayResult& unlimited) {
+  const ReplayResult& t = tiered.replay;
+  const TieredReplayStats& s = tiered.tiers;
+  std::printf("\n%-34s %9s %10s %10s %9s %12s\n", "run", "hit_rate", "reused", "restored", "wall_s",
+              "requests/s");
+  std::printf("%-34s %9.4f %10lld %10s %9.2f %12.0f\n", "pool 5860 blocks alone (lru)",
+              alone.hit_rate(), static_cast<long long>(alone.reused_blocks), "-", alone.wall_s,
+              alone.requests_per_s());
+  std::printf("%-34s %9.4f %10lld %10lld %9.2f %12.0f\n", "pool + host 58600 + disk 586000",
+              t.hit_rate_with_tiers(), static_cast<long long>(t.reused_blocks),
+              static_cast<long long>(t.restored_blocks), tiered_wall,
+              static_cast<double>(t.requests) / tiered_wall);
+  std::printf("%-34s %9.4f %10lld %10s %9.2f %12.0f\n", "unlimited pool", unlimited.hit_rate(),
+              static_cast<long long>(unlimited.reused_blocks), "-", unlimited.wall_s,
+              unlimited.requests_per_s());
+  std::printf("\nwith tiers: hits pool %lld, host %lld, disk %lld; missed %lld (recomputed)\n",
+              static_cast<long long>(t.reused_blocks), static_cast<long long>(s.host_hit_blocks),
+              static_cast<long long>(s.disk_hit_blocks),
+              static_cast<long long>(t.input_blocks - t.reused_blocks - t.restored_blocks));
+  std::printf("block %lld bytes (bundle %lld): %d layer, kv %d, %d head, head_dim %d, fp8\n",
+              static_cast<long long>(s.block_bytes), static_cast<long long>(s.bundle_bytes),
+              s.geometry.num_layers, s.geometry.kv_factor, s.geometry.num_kv_heads,
+              s.geometry.head_dim);
+  std::printf("restored blocks checked %lld, mismatched %lld, corrupt reads %lld\n",
+              static_cast<long long>(s.verified_blocks),
+              static_cast<long long>(s.mismatched_blocks),
+              static_cast<long long>(s.offload.onboard_corrupt));
+  std::printf(
+      "evictions %lld: offloaded %lld, clean (already in a tier) %lld, below priority %lld, "
+      "failed %lld\n",
+      static_cast<long long>(s.offload.evictions_seen),
+      static_cast<long long>(s.offload.offload.blocks),
+      static_cast<long long>(s.offload.skipped_clean),
+      static_cast<long long>(s.offload.skipped_priority),
+      static_cast<long long>(s.offload.offload_failed));
+  PrintTraffic("offload", s.offload.offload);
+  PrintTraffic("spill", s.offload.spill);
+  PrintTraffic("onboard host", s.offload.onboard_host);
+  PrintTraffic("onboard disk", s.offload.onboard_disk);
+  std::printf("host tier: %lld entries, %lld evictions; disk tier: %lld entries, %.1f MiB\n",
+              static_cast<long long>(s.offload.host.entries),
+              static_cast<long long>(s.offload.host.evictions),
+              static_cast<long long>(s.offload.disk.entries),
+              static_cast<double>(s.offload.disk.used_bytes) / (1 << 20));
+  const double memcpy_rate = MemcpyBytesPerSecond();
+  std::printf("memcpy of 4 KiB blocks: %.2f GB/s\n\n", memcpy_rate / 1e9);
+
+  const double unl = unlimited.hit_rate();
+  std::printf("RATIO tiered_replay_hit_rate_vs_unlimited %.3f unlimited goal>=0.95\n",
+              unl > 0 ? t.hit_rate_with_tiers() / unl : 0.0);
+  std::printf("INFO pool_only_hit_rate_vs_unlimited %.3f unlimited\n",
+              unl > 0 ? alone.hit_rate() / unl : 0.0);
+  std::printf("INFO tiered_replay_requests_per_s_vs_pool_only %.3f pool_only\n",
+              alone.requests_per_s() > 0
+                  ? static_cast<double>(t.requests) / tiered_wall / alone.requests_per_s()
+                  : 0.0);
+  std::printf("INFO tiered_onboard_host_vs_memcpy %.3f memcpy_4KiB_blocks\n",
+              memcpy_rate > 0 ? s.offload.onboard_host.bytes_per_s() / memcpy_rate : 0.0);
+  if (s.mismatched_blocks != 0) {
+    std::printf("FAIL: %lld restored blocks had wrong bytes\n",
+                static_cast<long long>(s.mismatched_blocks));
+    return false;
+  }
+  return true;
+}
+
 int Run(int argc, char** argv) {
   const std::string path = TracePath(argc, argv);
   std::optional<std::int64_t> limit;
@@ -125,69 +193,7 @@ int Run(int argc, char** argv) {
     std::printf("replay with tiers failed: %s\n", tiered.status().ToString().c_str());
     return 1;
   }
-  const ReplayResult& t = tiered->replay;
-  const TieredReplayStats& s = tiered->tiers;
-  std::printf("\n%-34s %9s %10s %10s %9s %12s\n", "run", "hit_rate", "reused", "restored", "wall_s",
-              "requests/s");
-  std::printf("%-34s %9.4f %10lld %10s %9.2f %12.0f\n", "pool 5860 blocks alone (lru)",
-              alone->hit_rate(), static_cast<long long>(alone->reused_blocks), "-", alone->wall_s,
-              alone->requests_per_s());
-  std::printf("%-34s %9.4f %10lld %10lld %9.2f %12.0f\n", "pool + host 58600 + disk 586000",
-              t.hit_rate_with_tiers(), static_cast<long long>(t.reused_blocks),
-              static_cast<long long>(t.restored_blocks), tiered_wall,
-              static_cast<double>(t.requests) / tiered_wall);
-  std::printf("%-34s %9.4f %10lld %10s %9.2f %12.0f\n", "unlimited pool", unlimited->hit_rate(),
-              static_cast<long long>(unlimited->reused_blocks), "-", unlimited->wall_s,
-              unlimited->requests_per_s());
-  std::printf("\nwith tiers: hits pool %lld, host %lld, disk %lld; missed %lld (recomputed)\n",
-              static_cast<long long>(t.reused_blocks), static_cast<long long>(s.host_hit_blocks),
-              static_cast<long long>(s.disk_hit_blocks),
-              static_cast<long long>(t.input_blocks - t.reused_blocks - t.restored_blocks));
-  std::printf("block %lld bytes (bundle %lld): %d layer, kv %d, %d head, head_dim %d, fp8\n",
-              static_cast<long long>(s.block_bytes), static_cast<long long>(s.bundle_bytes),
-              s.geometry.num_layers, s.geometry.kv_factor, s.geometry.num_kv_heads,
-              s.geometry.head_dim);
-  std::printf("restored blocks checked %lld, mismatched %lld, corrupt reads %lld\n",
-              static_cast<long long>(s.verified_blocks),
-              static_cast<long long>(s.mismatched_blocks),
-              static_cast<long long>(s.offload.onboard_corrupt));
-  std::printf(
-      "evictions %lld: offloaded %lld, clean (already in a tier) %lld, below priority %lld, "
-      "failed %lld\n",
-      static_cast<long long>(s.offload.evictions_seen),
-      static_cast<long long>(s.offload.offload.blocks),
-      static_cast<long long>(s.offload.skipped_clean),
-      static_cast<long long>(s.offload.skipped_priority),
-      static_cast<long long>(s.offload.offload_failed));
-  PrintTraffic("offload", s.offload.offload);
-  PrintTraffic("spill", s.offload.spill);
-  PrintTraffic("onboard host", s.offload.onboard_host);
-  PrintTraffic("onboard disk", s.offload.onboard_disk);
-  std::printf("host tier: %lld entries, %lld evictions; disk tier: %lld entries, %.1f MiB\n",
-              static_cast<long long>(s.offload.host.entries),
-              static_cast<long long>(s.offload.host.evictions),
-              static_cast<long long>(s.offload.disk.entries),
-              static_cast<double>(s.offload.disk.used_bytes) / (1 << 20));
-  const double memcpy_rate = MemcpyBytesPerSecond();
-  std::printf("memcpy of 4 KiB blocks: %.2f GB/s\n\n", memcpy_rate / 1e9);
-
-  const double unl = unlimited->hit_rate();
-  std::printf("RATIO tiered_replay_hit_rate_vs_unlimited %.3f unlimited goal>=0.95\n",
-              unl > 0 ? t.hit_rate_with_tiers() / unl : 0.0);
-  std::printf("INFO pool_only_hit_rate_vs_unlimited %.3f unlimited\n",
-              unl > 0 ? alone->hit_rate() / unl : 0.0);
-  std::printf("INFO tiered_replay_requests_per_s_vs_pool_only %.3f pool_only\n",
-              alone->requests_per_s() > 0
-                  ? static_cast<double>(t.requests) / tiered_wall / alone->requests_per_s()
-                  : 0.0);
-  std::printf("INFO tiered_onboard_host_vs_memcpy %.3f memcpy_4KiB_blocks\n",
-              memcpy_rate > 0 ? s.offload.onboard_host.bytes_per_s() / memcpy_rate : 0.0);
-  if (s.mismatched_blocks != 0) {
-    std::printf("FAIL: %lld restored blocks had wrong bytes\n",
-                static_cast<long long>(s.mismatched_blocks));
-    return 1;
-  }
-  return 0;
+  return Report(*alone, *tiered, tiered_wall, *unlimited) ? 0 : 1;
 }
 
 }  // namespace
