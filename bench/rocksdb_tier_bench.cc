@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -243,6 +244,11 @@ int Run(const Args& args) {
 }  // namespace kvmesh
 
 int main(int argc, char** argv) {
-  kvmesh::SetLogLevel("warn").IgnoreError();
-  return kvmesh::Run(kvmesh::Parse(argc, argv));
+  try {
+    kvmesh::SetLogLevel("warn").IgnoreError();
+    return kvmesh::Run(kvmesh::Parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rocksdb_tier_bench: %s\n", e.what());
+    return 1;
+  }
 }

@@ -4,27 +4,38 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
 
 #include "cli/command.h"
 #include "cli/layout_command.h"
 #include "cli/replay_command.h"
 
 int main(int argc, char** argv) {
-  // stdout is kvctl's interface (tables, --json): library logs (store/ and up) go to stderr,
-  // warnings and errors only.
-  spdlog::set_default_logger(spdlog::stderr_color_mt("kvctl"));
-  spdlog::set_level(spdlog::level::warn);
-  CLI::App app{"kvctl: inspect and control kvmesh KV-cache pools", "kvctl"};
-  app.require_subcommand(1);
-  kvmesh::cli::CommandOutcome outcome;
-
-  kvmesh::cli::RegisterLayoutCommand(app, outcome);
-  kvmesh::cli::RegisterReplayCommand(app, outcome);
-
+  // Commands return Status for everything they expect; this catch is the last line for what they
+  // do not (allocation failure, a library that throws): one line and exit status 1, no abort.
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return kvmesh::cli::ReportParseError(app, e);
+    // stdout is kvctl's interface (tables, --json): library logs (store/ and up) go to stderr,
+    // warnings and errors only.
+    spdlog::set_default_logger(spdlog::stderr_color_mt("kvctl"));
+    spdlog::set_level(spdlog::level::warn);
+    CLI::App app{"kvctl: inspect and control kvmesh KV-cache pools", "kvctl"};
+    app.require_subcommand(1);
+    kvmesh::cli::CommandOutcome outcome;
+
+    kvmesh::cli::RegisterLayoutCommand(app, outcome);
+    kvmesh::cli::RegisterReplayCommand(app, outcome);
+
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return kvmesh::cli::ReportParseError(app, e);
+    }
+    return kvmesh::cli::ReportOutcome(outcome.status());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvctl: internal error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "kvctl: internal error: unknown exception\n");
   }
-  return kvmesh::cli::ReportOutcome(outcome.status());
+  return 1;
 }

@@ -164,6 +164,7 @@ std::string OffsetFormula(KvComponent c, const PagedTensorLayout& t) {
   std::stable_sort(terms.begin(), terms.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   std::vector<std::string> parts;
+  parts.reserve(terms.size());
   for (const auto& [name, stride] : terms) {
     parts.push_back(stride == 1 ? name : StrCat(name, "*", stride));
   }

@@ -15,7 +15,7 @@ std::string_view EvictionReasonName(EvictionReason reason) {
   return "unknown";
 }
 
-BlockCache::BlockCache(std::int32_t tokens_per_block, std::vector<CachePoolParams> pools,
+BlockCache::BlockCache(std::int32_t tokens_per_block, const std::vector<CachePoolParams>& pools,
                        EvictionPolicyKind policy, const ContentId& namespace_digest,
                        std::uint64_t hash_seed)
     : tree_(tokens_per_block, static_cast<int>(pools.size()), namespace_digest, hash_seed),

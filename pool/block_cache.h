@@ -83,7 +83,7 @@ struct CachePoolCounters {
 
 class BlockCache {
  public:
-  BlockCache(std::int32_t tokens_per_block, std::vector<CachePoolParams> pools,
+  BlockCache(std::int32_t tokens_per_block, const std::vector<CachePoolParams>& pools,
              EvictionPolicyKind policy, const ContentId& namespace_digest, std::uint64_t hash_seed);
 
   PrefixTree& tree() { return tree_; }

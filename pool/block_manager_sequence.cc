@@ -242,6 +242,7 @@ Result<std::vector<BlockTable>> BlockManager::GetBlockTables(RequestId request) 
   auto it = sequences_.find(request);
   if (it == sequences_.end()) return UnknownRequest(request);
   std::vector<BlockTable> out;
+  out.reserve(num_pools());
   for (int p = 0; p < num_pools(); ++p) out.push_back({PoolId{p}, it->second->tables[p]});
   return out;
 }

@@ -329,6 +329,7 @@ Result<ModelSpec> BuildSpec(const FamilyEntry& fam, const ConfigFields& f) {
 
 std::string SupportedHfModelTypes() {
   std::vector<std::string_view> names;
+  names.reserve(kFamilies.size());
   for (const auto& e : kFamilies) names.push_back(e.model_type);
   return StrJoin(names, ", ");
 }

@@ -86,6 +86,7 @@ std::span<const ModelPresetInfo> ModelPresets() { return kPresets; }
 
 std::string ListPresets() {
   std::vector<std::string_view> names;
+  names.reserve(kPresets.size());
   for (const auto& p : kPresets) names.push_back(p.name);
   return StrJoin(names, ", ");
 }

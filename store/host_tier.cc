@@ -287,7 +287,7 @@ Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst
   }
   // Pinned: the slot is neither evicted nor reused while it is verified and copied out.
   const auto n = static_cast<std::size_t>(shard->codec.bundle_bytes());
-  const Status st = shard->codec.Decode({SlotData(*shard, slot), n}, id, dst, block);
+  Status st = shard->codec.Decode({SlotData(*shard, slot), n}, id, dst, block);
   bool erased_now = false;
   {
     MutexLock lock(&shard->mu);

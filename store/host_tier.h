@@ -113,7 +113,7 @@ class HostTier final : public BlockTier {
   };
   struct Shard {
     Shard(HostTierPool config, BundleCodec codec)
-        : config(std::move(config)), codec(std::move(codec)) {}
+        : config(config), codec(std::move(codec)) {}
     const HostTierPool config;
     const BundleCodec codec;
     std::byte* base = nullptr;

@@ -14,7 +14,7 @@ namespace kvmesh {
 
 struct RocksDbTier::PoolFamilies {
   PoolFamilies(RocksDbTierPool config, BundleCodec codec)
-      : config(std::move(config)), codec(std::move(codec)) {}
+      : config(config), codec(std::move(codec)) {}
   const RocksDbTierPool config;
   const BundleCodec codec;
   rocksdb::ColumnFamilyHandle* data = nullptr;
