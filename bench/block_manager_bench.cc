@@ -217,7 +217,7 @@ class RecordingReporter : public benchmark::ConsoleReporter {
       if (!inserted) it->second = std::min(it->second, s);
     }
   }
-  std::optional<double> CpuSeconds(const std::string& name) const {
+  [[nodiscard]] std::optional<double> CpuSeconds(const std::string& name) const {
     const auto it = cpu_s_.find(name);
     if (it == cpu_s_.end()) return std::nullopt;
     return it->second;

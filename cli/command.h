@@ -26,7 +26,7 @@ namespace kvmesh::cli {
 class CommandOutcome {
  public:
   void Set(Status status) { status_ = std::move(status); }
-  const Status& status() const { return status_; }
+  [[nodiscard]] const Status& status() const { return status_; }
 
  private:
   Status status_;

@@ -40,9 +40,9 @@ class AlignedBuffer {
   ~AlignedBuffer() { Reset(); }
 
   std::byte* data() { return data_; }
-  const std::byte* data() const { return data_; }
-  std::size_t size() const { return size_; }
-  bool empty() const { return size_ == 0; }
+  [[nodiscard]] const std::byte* data() const { return data_; }
+  [[nodiscard]] std::size_t size() const { return size_; }
+  [[nodiscard]] bool empty() const { return size_ == 0; }
 
  private:
   AlignedBuffer(std::byte* data, std::size_t size) : data_(data), size_(size) {}

@@ -19,12 +19,12 @@ using TimePoint = std::chrono::time_point<std::chrono::steady_clock, Nanos>;
 class Clock {
  public:
   virtual ~Clock() = default;
-  virtual TimePoint Now() const = 0;
+  [[nodiscard]] virtual TimePoint Now() const = 0;
 };
 
 class SystemClock final : public Clock {
  public:
-  TimePoint Now() const override {
+  [[nodiscard]] TimePoint Now() const override {
     return std::chrono::time_point_cast<Nanos>(std::chrono::steady_clock::now());
   }
   // A process-wide instance for callers that take a `Clock*` and were given none.
@@ -35,7 +35,7 @@ class ManualClock final : public Clock {
  public:
   explicit ManualClock(TimePoint start = TimePoint(Nanos(1'000'000'000)))
       : now_ns_(start.time_since_epoch().count()) {}
-  TimePoint Now() const override {
+  [[nodiscard]] TimePoint Now() const override {
     return TimePoint(Nanos(now_ns_.load(std::memory_order_acquire)));
   }
   void Advance(Nanos delta) { now_ns_.fetch_add(delta.count(), std::memory_order_acq_rel); }

@@ -27,14 +27,14 @@ struct ContentId {
   static constexpr std::size_t kBytes = 16;
   std::array<std::uint8_t, kBytes> bytes{};
 
-  bool IsZero() const {
+  [[nodiscard]] bool IsZero() const {
     for (auto b : bytes) {
       if (b != 0) return false;
     }
     return true;
   }
   // 32 lower-case hex characters.
-  std::string ToHex() const;
+  [[nodiscard]] std::string ToHex() const;
   static Result<ContentId> FromHex(std::string_view hex);
 
   friend bool operator==(const ContentId& a, const ContentId& b) { return a.bytes == b.bytes; }

@@ -31,11 +31,11 @@ class [[nodiscard]] Result {
                                                     !std::is_same_v<std::decay_t<U>, Result<T>>>>
   Result(U&& value) : value_(std::forward<U>(value)) {}  // NOLINT(google-explicit-constructor)
 
-  bool ok() const { return value_.has_value(); }
+  [[nodiscard]] bool ok() const { return value_.has_value(); }
   // OK when a value is held.
-  const Status& status() const { return status_; }
+  [[nodiscard]] const Status& status() const { return status_; }
 
-  const T& value() const& {
+  [[nodiscard]] const T& value() const& {
     CheckHasValue();
     return *value_;
   }

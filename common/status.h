@@ -77,18 +77,18 @@ class [[nodiscard]] Status {
   }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
 
-  bool ok() const { return code_ == StatusCode::kOk; }
-  StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  [[nodiscard]] bool ok() const { return code_ == StatusCode::kOk; }
+  [[nodiscard]] StatusCode code() const { return code_; }
+  [[nodiscard]] const std::string& message() const { return message_; }
 
-  bool IsInvalidArgument() const { return code_ == StatusCode::kInvalidArgument; }
-  bool IsNotFound() const { return code_ == StatusCode::kNotFound; }
-  bool IsResourceExhausted() const { return code_ == StatusCode::kResourceExhausted; }
-  bool IsCorruption() const { return code_ == StatusCode::kCorruption; }
-  bool IsNotSupported() const { return code_ == StatusCode::kNotSupported; }
+  [[nodiscard]] bool IsInvalidArgument() const { return code_ == StatusCode::kInvalidArgument; }
+  [[nodiscard]] bool IsNotFound() const { return code_ == StatusCode::kNotFound; }
+  [[nodiscard]] bool IsResourceExhausted() const { return code_ == StatusCode::kResourceExhausted; }
+  [[nodiscard]] bool IsCorruption() const { return code_ == StatusCode::kCorruption; }
+  [[nodiscard]] bool IsNotSupported() const { return code_ == StatusCode::kNotSupported; }
 
   // "invalid_argument: tokens_per_block 3 is not a power of two greater than 1", or "ok".
-  std::string ToString() const;
+  [[nodiscard]] std::string ToString() const;
 
   // Returns a copy whose message is prefixed with `context` ("loading config.json: ...").
   Status WithContext(std::string_view context) const;

@@ -29,7 +29,7 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int num_threads() const { return static_cast<int>(workers_.size()); }
+  [[nodiscard]] int num_threads() const { return static_cast<int>(workers_.size()); }
 
   void Submit(std::function<void()> task) KVMESH_EXCLUDES(mu_);
 

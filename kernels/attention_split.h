@@ -26,7 +26,7 @@ namespace kvmesh {
 struct KeyRange {
   std::int32_t begin = 0;
   std::int32_t end = 0;  // exclusive
-  KVMESH_HOST_DEVICE constexpr bool empty() const { return end <= begin; }
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr bool empty() const { return end <= begin; }
 };
 
 // Keys seen by at least one of the q_len query tokens. REQUIRES q_len <= kv_len.
@@ -85,21 +85,23 @@ struct SplitWorkspaceLayout {
   std::int32_t width = 0;  // output width (head_dim, or kv_lora_rank for MLA)
   std::int32_t num_splits = 1;
 
-  KVMESH_HOST_DEVICE constexpr std::int64_t OutFloats() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t OutFloats() const {
     return (std::int64_t{num_splits} * rows * width + 3) / 4 * 4;  // keeps the lse 16-B aligned
   }
-  KVMESH_HOST_DEVICE constexpr std::int64_t LseFloats() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t LseFloats() const {
     return std::int64_t{num_splits} * rows;
   }
-  KVMESH_HOST_DEVICE constexpr std::size_t Bytes() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::size_t Bytes() const {
     if (num_splits <= 1) return 0;
     return static_cast<std::size_t>(OutFloats() + LseFloats()) * sizeof(float);
   }
   // partial_out row of (split, row); partial_lse entry of (split, row).
-  KVMESH_HOST_DEVICE constexpr std::int64_t OutOffset(std::int32_t split, std::int64_t row) const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t OutOffset(std::int32_t split,
+                                                                    std::int64_t row) const {
     return (std::int64_t{split} * rows + row) * width;
   }
-  KVMESH_HOST_DEVICE constexpr std::int64_t LseOffset(std::int32_t split, std::int64_t row) const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t LseOffset(std::int32_t split,
+                                                                    std::int64_t row) const {
     return OutFloats() + std::int64_t{split} * rows + row;
   }
 };

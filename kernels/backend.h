@@ -32,7 +32,7 @@ std::string_view BackendKindName(BackendKind kind);  // "cpu", "cuda"
 class KernelBackend {
  public:
   virtual ~KernelBackend() = default;
-  virtual BackendKind kind() const = 0;
+  [[nodiscard]] virtual BackendKind kind() const = 0;
 
   virtual Status AppendKv(const AppendKvArgs& args) = 0;
   virtual Status AppendIndexK(const AppendIndexKArgs& args) = 0;

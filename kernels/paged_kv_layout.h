@@ -54,45 +54,49 @@ struct PagedTensorLayout {
   std::int32_t inner = 0;  // elements in the innermost dimension
   std::int32_t bits = 0;   // bits per element: 4, 8, 16 or 32
 
-  KVMESH_HOST_DEVICE constexpr bool present() const { return num_layers > 0; }
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr bool present() const { return num_layers > 0; }
 
-  KVMESH_HOST_DEVICE constexpr std::int64_t TokenStride() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t TokenStride() const {
     return order == KvLayout::kHND ? std::int64_t{inner} : std::int64_t{num_heads} * inner;
   }
-  KVMESH_HOST_DEVICE constexpr std::int64_t HeadStride() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t HeadStride() const {
     return order == KvLayout::kHND ? std::int64_t{tokens_per_block} * inner : std::int64_t{inner};
   }
-  KVMESH_HOST_DEVICE constexpr std::int64_t KvStride() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t KvStride() const {
     return std::int64_t{num_heads} * tokens_per_block * inner;
   }
-  KVMESH_HOST_DEVICE constexpr std::int64_t LayerStride() const { return kv_factor * KvStride(); }
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t LayerStride() const {
+    return kv_factor * KvStride();
+  }
   // Elements of one block of this component; also the stride between blocks.
-  KVMESH_HOST_DEVICE constexpr std::int64_t BlockStride() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t BlockStride() const {
     return num_layers * LayerStride();
   }
-  KVMESH_HOST_DEVICE constexpr std::int64_t BytesPerBlock() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t BytesPerBlock() const {
     return BlockStride() * bits / 8;
   }
-  KVMESH_HOST_DEVICE constexpr std::int64_t RowBytes() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t RowBytes() const {
     return std::int64_t{inner} * bits / 8;
   }
 
   // Element offset from the start of the component tensor.
   // REQUIRES: every index is inside its dimension.
-  KVMESH_HOST_DEVICE constexpr std::int64_t ElementOffset(std::int64_t block, int layer, int kv,
-                                                          int head, int token, int dim) const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t ElementOffset(std::int64_t block,
+                                                                        int layer, int kv, int head,
+                                                                        int token, int dim) const {
     return block * BlockStride() + layer * LayerStride() + kv * KvStride() + head * HeadStride() +
            token * TokenStride() + dim;
   }
   // Element offset inside one block (block 0).
-  KVMESH_HOST_DEVICE constexpr std::int64_t OffsetInBlock(int layer, int kv, int head, int token,
-                                                          int dim) const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t OffsetInBlock(int layer, int kv, int head,
+                                                                        int token, int dim) const {
     return ElementOffset(0, layer, kv, head, token, dim);
   }
   // Byte holding the element. For 4-bit components the element is the low nibble when its element
   // offset is even and the high nibble when odd.
-  KVMESH_HOST_DEVICE constexpr std::int64_t ByteOffset(std::int64_t block, int layer, int kv,
-                                                       int head, int token, int dim) const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t ByteOffset(std::int64_t block, int layer,
+                                                                     int kv, int head, int token,
+                                                                     int dim) const {
     return ElementOffset(block, layer, kv, head, token, dim) * bits / 8;
   }
 
@@ -121,26 +125,29 @@ struct KvPoolLayout {
   KvDtype dtype = KvDtype::kBF16;
   PagedTensorLayout components[kNumKvComponents];
 
-  KVMESH_HOST_DEVICE constexpr const PagedTensorLayout& component(KvComponent c) const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr const PagedTensorLayout& component(
+      KvComponent c) const {
     return components[static_cast<int>(c)];
   }
-  KVMESH_HOST_DEVICE constexpr const PagedTensorLayout& data() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr const PagedTensorLayout& data() const {
     return component(KvComponent::kData);
   }
-  KVMESH_HOST_DEVICE constexpr const PagedTensorLayout& scale() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr const PagedTensorLayout& scale() const {
     return component(KvComponent::kScale);
   }
-  KVMESH_HOST_DEVICE constexpr const PagedTensorLayout& index_k() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr const PagedTensorLayout& index_k() const {
     return component(KvComponent::kIndexK);
   }
-  KVMESH_HOST_DEVICE constexpr const PagedTensorLayout& index_scale() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr const PagedTensorLayout& index_scale() const {
     return component(KvComponent::kIndexScale);
   }
-  KVMESH_HOST_DEVICE constexpr KvLayout order() const { return data().order; }
-  KVMESH_HOST_DEVICE constexpr int tokens_per_block() const { return data().tokens_per_block; }
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr KvLayout order() const { return data().order; }
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr int tokens_per_block() const {
+    return data().tokens_per_block;
+  }
 
   // Bytes of one block over every present component.
-  KVMESH_HOST_DEVICE constexpr std::int64_t BytesPerBlock() const {
+  KVMESH_HOST_DEVICE [[nodiscard]] constexpr std::int64_t BytesPerBlock() const {
     std::int64_t total = 0;
     for (const auto& c : components) total += c.present() ? c.BytesPerBlock() : 0;
     return total;
@@ -167,7 +174,8 @@ struct KvPoolView {
 
   // First byte of `block` in component `c`.
   // REQUIRES: the component is present and 0 <= block < num_blocks.
-  KVMESH_HOST_DEVICE std::uint8_t* BlockBytes(KvComponent c, std::int64_t block) const {
+  KVMESH_HOST_DEVICE [[nodiscard]] std::uint8_t* BlockBytes(KvComponent c,
+                                                            std::int64_t block) const {
     return static_cast<std::uint8_t*>(base[static_cast<int>(c)]) +
            block * layout.component(c).BytesPerBlock();
   }

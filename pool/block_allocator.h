@@ -41,13 +41,13 @@ class BlockAllocator {
     }
   }
 
-  bool unlimited() const { return num_blocks_ == kUnlimitedBlocks; }
+  [[nodiscard]] bool unlimited() const { return num_blocks_ == kUnlimitedBlocks; }
   // The pool size, or kUnlimitedBlocks.
-  std::int64_t num_blocks() const { return num_blocks_; }
+  [[nodiscard]] std::int64_t num_blocks() const { return num_blocks_; }
   // Ids handed out at least once, plus (limited) the whole pool: the size per-block arrays need.
-  std::int64_t id_space() const { return issued_; }
-  std::int64_t num_free() const { return static_cast<std::int64_t>(free_.size()); }
-  std::int64_t num_allocated() const { return issued_ - num_free(); }
+  [[nodiscard]] std::int64_t id_space() const { return issued_; }
+  [[nodiscard]] std::int64_t num_free() const { return static_cast<std::int64_t>(free_.size()); }
+  [[nodiscard]] std::int64_t num_allocated() const { return issued_ - num_free(); }
 
   std::optional<BlockId> Allocate() {
     if (!free_.empty()) {

@@ -87,12 +87,12 @@ class BlockCache {
              EvictionPolicyKind policy, const ContentId& namespace_digest, std::uint64_t hash_seed);
 
   PrefixTree& tree() { return tree_; }
-  const PrefixTree& tree() const { return tree_; }
-  int num_pools() const { return static_cast<int>(pools_.size()); }
-  std::int32_t window(int p) const { return pools_[p].params.window_tokens; }
-  bool is_window(int p) const { return window(p) > 0; }
-  bool has_full_pools() const { return has_full_pools_; }
-  EvictionPolicyKind policy_kind() const { return policy_kind_; }
+  [[nodiscard]] const PrefixTree& tree() const { return tree_; }
+  [[nodiscard]] int num_pools() const { return static_cast<int>(pools_.size()); }
+  [[nodiscard]] std::int32_t window(int p) const { return pools_[p].params.window_tokens; }
+  [[nodiscard]] bool is_window(int p) const { return window(p) > 0; }
+  [[nodiscard]] bool has_full_pools() const { return has_full_pools_; }
+  [[nodiscard]] EvictionPolicyKind policy_kind() const { return policy_kind_; }
 
   void set_listener(EvictionListener* listener) { listener_ = listener; }
   // Where tickets of deferred evictions come from and complete; null = never deferred.
@@ -104,22 +104,24 @@ class BlockCache {
   std::vector<KvEvent>& pending_events() { return pending_events_; }
 
   // --- capacity
-  bool unlimited(int p) const { return pools_[p].allocator.unlimited(); }
-  std::int64_t num_blocks(int p) const { return pools_[p].allocator.num_blocks(); }
-  std::int64_t free_blocks(int p) const { return pools_[p].allocator.num_free(); }
+  [[nodiscard]] bool unlimited(int p) const { return pools_[p].allocator.unlimited(); }
+  [[nodiscard]] std::int64_t num_blocks(int p) const { return pools_[p].allocator.num_blocks(); }
+  [[nodiscard]] std::int64_t free_blocks(int p) const { return pools_[p].allocator.num_free(); }
   // Cached blocks eviction could free now or after evicting their descendants.
-  std::int64_t evictable_blocks(int p) const;
+  [[nodiscard]] std::int64_t evictable_blocks(int p) const;
   // How many Allocate(p) calls can succeed in a row (INT64_MAX when unlimited): free blocks,
   // evictable blocks and blocks moving out.
-  std::int64_t Available(int p) const;
-  std::int64_t cached_blocks(int p) const { return pools_[p].num_cached; }
-  std::int64_t pinned_blocks(int p) const { return pools_[p].num_pinned; }
-  std::int64_t allocated_blocks(int p) const { return pools_[p].allocator.num_allocated(); }
+  [[nodiscard]] std::int64_t Available(int p) const;
+  [[nodiscard]] std::int64_t cached_blocks(int p) const { return pools_[p].num_cached; }
+  [[nodiscard]] std::int64_t pinned_blocks(int p) const { return pools_[p].num_pinned; }
+  [[nodiscard]] std::int64_t allocated_blocks(int p) const {
+    return pools_[p].allocator.num_allocated();
+  }
   // Blocks moving out now (allocated, in no tree, awaiting their ticket).
-  std::int64_t moving_out_blocks(int p) const { return pools_[p].num_moving_out; }
+  [[nodiscard]] std::int64_t moving_out_blocks(int p) const { return pools_[p].num_moving_out; }
   // Frees the blocks whose moves completed. Cheap when none did.
   void ReclaimMovedOut();
-  const CachePoolCounters& counters(int p) const { return pools_[p].counters; }
+  [[nodiscard]] const CachePoolCounters& counters(int p) const { return pools_[p].counters; }
   void CountRestored(int p) { ++pools_[p].counters.restored_blocks; }
 
   // --- blocks
@@ -129,13 +131,13 @@ class BlockCache {
   void Pin(int p, BlockId b);
   // Drops one pin. A private block is freed at 0 pins; a cached one becomes evictable.
   void Unpin(int p, BlockId b);
-  std::uint32_t pins(int p, BlockId b) const { return pools_[p].slots[b.value].pins; }
-  bool allocated(int p, BlockId b) const {
+  [[nodiscard]] std::uint32_t pins(int p, BlockId b) const { return pools_[p].slots[b.value].pins; }
+  [[nodiscard]] bool allocated(int p, BlockId b) const {
     return b.valid() && b.value < static_cast<std::int64_t>(pools_[p].slots.size()) &&
            pools_[p].slots[b.value].allocated;
   }
   // The node caching this block, or kNoNode for a private (or free) block.
-  NodeRef node_of(int p, BlockId b) const { return pools_[p].slots[b.value].node; }
+  [[nodiscard]] NodeRef node_of(int p, BlockId b) const { return pools_[p].slots[b.value].node; }
 
   // --- tree
   // Caches the caller's private blocks (one per pool, kNoBlock where none) as a new child of
@@ -146,18 +148,18 @@ class BlockCache {
                 std::uint64_t key_hash, std::span<const BlockId> blocks, int priority,
                 std::int64_t expiry_ns);
   // A non-root leaf without pins and with a block in every pool.
-  bool CanClaim(NodeRef n) const;
+  [[nodiscard]] bool CanClaim(NodeRef n) const;
   // Takes the node out of the tree; its blocks become private to the caller with one pin each
   // (out[p]). Emits removed events and calls the listener (reason kClaimed). REQUIRES CanClaim.
   void Claim(NodeRef n, std::span<BlockId> out);
   void SetRetention(NodeRef n, int priority, std::int64_t expiry_ns);
   // Whether any retention expiry is pending (ProcessExpiries has work, now or later).
-  bool has_expiries() const { return !expiries_.empty(); }
+  [[nodiscard]] bool has_expiries() const { return !expiries_.empty(); }
   // Priorities whose expiry is <= now_ns fall back to kDefaultPriority.
   void ProcessExpiries(std::int64_t now_ns);
 
   // Sum of the pins of every block of pool p (O(blocks); for checks).
-  std::int64_t TotalPins(int p) const;
+  [[nodiscard]] std::int64_t TotalPins(int p) const;
 
   // Full consistency check of every counter, index and policy (tests; O(everything)).
   Status CheckInvariants() const;
@@ -196,7 +198,7 @@ class BlockCache {
   void RemoveNode(NodeRef n);
   void UpdateRemovable(NodeRef n);
   void UpdateTreeCandidate(NodeRef n);
-  bool WantTreeCandidate(NodeRef n) const;
+  [[nodiscard]] bool WantTreeCandidate(NodeRef n) const;
   void Emit(KvEventType type, int p, BlockId b, NodeRef n);
   Status CheckNode(NodeRef n, std::vector<std::int64_t>* cached_by_prio) const;
 

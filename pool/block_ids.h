@@ -22,7 +22,7 @@ using Token = std::int32_t;
 // in every layer and every component of its pool. -1 means "no block".
 struct BlockId {
   std::int32_t value = -1;
-  constexpr bool valid() const { return value >= 0; }
+  [[nodiscard]] constexpr bool valid() const { return value >= 0; }
   friend constexpr auto operator<=>(const BlockId&, const BlockId&) = default;
 };
 inline constexpr BlockId kNoBlock{-1};

@@ -68,7 +68,7 @@ struct PoolStats {
   std::uint64_t restored_blocks = 0;
   std::array<std::int64_t, kMaxPriority + 1> cached_by_priority{};
 
-  double hit_rate() const {
+  [[nodiscard]] double hit_rate() const {
     return input_blocks == 0
                ? 0.0
                : static_cast<double>(reused_blocks) / static_cast<double>(input_blocks);
@@ -85,13 +85,13 @@ struct BlockManagerStats {
   EvictionPolicyKind eviction_policy = EvictionPolicyKind::kPriorityLru;
 
   // reused_tokens / input_tokens.
-  double token_hit_rate() const {
+  [[nodiscard]] double token_hit_rate() const {
     return counters.input_tokens == 0 ? 0.0
                                       : static_cast<double>(counters.reused_tokens) /
                                             static_cast<double>(counters.input_tokens);
   }
   // A multi-line human-readable summary (tests, debugging; kvctl formats its own).
-  std::string ToString() const;
+  [[nodiscard]] std::string ToString() const;
 };
 
 }  // namespace kvmesh

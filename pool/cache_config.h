@@ -65,7 +65,7 @@ struct PoolScale {
   PoolScaleSource source = PoolScaleSource::kNone;
   // One line for an operator: "nvfp4 global scale 1 (default: neither nvfp4_global_scale nor
   // nvfp4_expected_amax given)". Empty for kNone.
-  std::string Describe(KvDtype dtype) const;
+  [[nodiscard]] std::string Describe(KvDtype dtype) const;
 };
 
 // The pool-wide constant of `config.dtype` (fp8_per_tensor scale, nvfp4 global scale).

@@ -45,7 +45,7 @@ class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
 
-  virtual EvictionPolicyKind kind() const = 0;
+  [[nodiscard]] virtual EvictionPolicyKind kind() const = 0;
 
   // REQUIRES: !Contains(entry); kMinPriority <= priority <= kMaxPriority; last_use < 2^56.
   virtual void Insert(EvictionEntry entry, int priority, std::uint64_t last_use) = 0;
@@ -54,10 +54,10 @@ class EvictionPolicy {
   // Changes the priority, keeping the stamp. REQUIRES: Contains(entry).
   virtual void SetPriority(EvictionEntry entry, int priority) = 0;
 
-  virtual bool Contains(EvictionEntry entry) const = 0;
+  [[nodiscard]] virtual bool Contains(EvictionEntry entry) const = 0;
   // The entry to evict next (not removed), or nullopt when empty.
-  virtual std::optional<EvictionEntry> Victim() const = 0;
-  virtual std::size_t size() const = 0;
+  [[nodiscard]] virtual std::optional<EvictionEntry> Victim() const = 0;
+  [[nodiscard]] virtual std::size_t size() const = 0;
 };
 
 std::unique_ptr<EvictionPolicy> MakeEvictionPolicy(EvictionPolicyKind kind);
@@ -65,16 +65,18 @@ std::unique_ptr<EvictionPolicy> MakeEvictionPolicy(EvictionPolicyKind kind);
 // An indexed 4-ary min-heap of (key, entry); the base of both policies.
 class EntryHeap {
  public:
-  bool Contains(EvictionEntry entry) const { return entry < pos_.size() && pos_[entry] != kAbsent; }
+  [[nodiscard]] bool Contains(EvictionEntry entry) const {
+    return entry < pos_.size() && pos_[entry] != kAbsent;
+  }
   void Push(EvictionEntry entry, std::uint64_t key);
   void Erase(EvictionEntry entry);
   void SetKey(EvictionEntry entry, std::uint64_t key);
-  std::uint64_t Key(EvictionEntry entry) const { return items_[pos_[entry]].key; }
-  std::optional<EvictionEntry> Top() const {
+  [[nodiscard]] std::uint64_t Key(EvictionEntry entry) const { return items_[pos_[entry]].key; }
+  [[nodiscard]] std::optional<EvictionEntry> Top() const {
     if (items_.empty()) return std::nullopt;
     return items_.front().entry;
   }
-  std::size_t size() const { return items_.size(); }
+  [[nodiscard]] std::size_t size() const { return items_.size(); }
 
  private:
   static constexpr std::uint32_t kAbsent = 0xFFFFFFFFu;
@@ -95,13 +97,15 @@ class EntryHeap {
 
 class PriorityLruPolicy final : public EvictionPolicy {
  public:
-  EvictionPolicyKind kind() const override { return EvictionPolicyKind::kPriorityLru; }
+  [[nodiscard]] EvictionPolicyKind kind() const override {
+    return EvictionPolicyKind::kPriorityLru;
+  }
   void Insert(EvictionEntry entry, int priority, std::uint64_t last_use) override;
   void Erase(EvictionEntry entry) override { heap_.Erase(entry); }
   void SetPriority(EvictionEntry entry, int priority) override;
-  bool Contains(EvictionEntry entry) const override { return heap_.Contains(entry); }
-  std::optional<EvictionEntry> Victim() const override { return heap_.Top(); }
-  std::size_t size() const override { return heap_.size(); }
+  [[nodiscard]] bool Contains(EvictionEntry entry) const override { return heap_.Contains(entry); }
+  [[nodiscard]] std::optional<EvictionEntry> Victim() const override { return heap_.Top(); }
+  [[nodiscard]] std::size_t size() const override { return heap_.size(); }
 
  private:
   EntryHeap heap_;
@@ -109,13 +113,13 @@ class PriorityLruPolicy final : public EvictionPolicy {
 
 class LruPolicy final : public EvictionPolicy {
  public:
-  EvictionPolicyKind kind() const override { return EvictionPolicyKind::kLru; }
+  [[nodiscard]] EvictionPolicyKind kind() const override { return EvictionPolicyKind::kLru; }
   void Insert(EvictionEntry entry, int priority, std::uint64_t last_use) override;
   void Erase(EvictionEntry entry) override { heap_.Erase(entry); }
   void SetPriority(EvictionEntry, int) override {}
-  bool Contains(EvictionEntry entry) const override { return heap_.Contains(entry); }
-  std::optional<EvictionEntry> Victim() const override { return heap_.Top(); }
-  std::size_t size() const override { return heap_.size(); }
+  [[nodiscard]] bool Contains(EvictionEntry entry) const override { return heap_.Contains(entry); }
+  [[nodiscard]] std::optional<EvictionEntry> Victim() const override { return heap_.Top(); }
+  [[nodiscard]] std::size_t size() const override { return heap_.size(); }
 
  private:
   EntryHeap heap_;

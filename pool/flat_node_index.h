@@ -21,7 +21,7 @@ class FlatNodeIndex {
 
   FlatNodeIndex() : slots_(16) {}
 
-  std::size_t size() const { return size_; }
+  [[nodiscard]] std::size_t size() const { return size_; }
 
   // The first node with this hash for which match(node) is true, or kEmpty.
   template <typename Match>

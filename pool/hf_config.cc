@@ -65,7 +65,7 @@ class ConfigFields {
   }
 
   // The value of `key`, or null when absent or JSON null.
-  const Json* Find(std::string_view key) const {
+  [[nodiscard]] const Json* Find(std::string_view key) const {
     for (const Json* scope : {text_, &top_}) {
       if (scope == nullptr) continue;
       const auto it = scope->find(key);
@@ -119,7 +119,7 @@ class ConfigFields {
     return std::optional<std::string>(v->get<std::string>());
   }
 
-  const Json& top() const { return top_; }
+  [[nodiscard]] const Json& top() const { return top_; }
 
  private:
   const Json& top_;

@@ -43,7 +43,7 @@ struct MlaSpec {
   std::int32_t qk_nope_head_dim = 0;  // 128
   std::int32_t v_head_dim = 0;        // 128
 
-  std::int32_t LatentDim() const { return kv_lora_rank + qk_rope_head_dim; }
+  [[nodiscard]] std::int32_t LatentDim() const { return kv_lora_rank + qk_rope_head_dim; }
   friend bool operator==(const MlaSpec&, const MlaSpec&) = default;
 };
 
@@ -58,7 +58,7 @@ struct IndexerSpec {
   bool fp4 = false;
   std::vector<bool> layer_mask;  // [num_layers]; true = the layer has an indexer
 
-  std::int32_t NumIndexedLayers() const;
+  [[nodiscard]] std::int32_t NumIndexedLayers() const;
   friend bool operator==(const IndexerSpec&, const IndexerSpec&) = default;
 };
 
@@ -71,9 +71,9 @@ struct ModelSpec {
   std::optional<MlaSpec> mla;
   std::optional<IndexerSpec> indexer;
 
-  std::int32_t num_layers() const { return static_cast<std::int32_t>(layers.size()); }
+  [[nodiscard]] std::int32_t num_layers() const { return static_cast<std::int32_t>(layers.size()); }
   // 1 for MLA, 2 otherwise.
-  std::int32_t kv_factor() const { return mla ? 1 : 2; }
+  [[nodiscard]] std::int32_t kv_factor() const { return mla ? 1 : 2; }
 
   // OK, or kInvalidArgument naming the first inconsistent field and its value, e.g.
   // "layers[3].num_kv_heads 7 does not divide num_attention_heads 32".

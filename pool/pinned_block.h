@@ -60,9 +60,9 @@ class PinnedBlocks {
   PinnedBlocks& operator=(const PinnedBlocks&) = delete;
   ~PinnedBlocks() { Release(); }
 
-  std::span<const PinnedBlockRef> blocks() const { return blocks_; }
-  bool empty() const { return blocks_.empty(); }
-  std::size_t size() const { return blocks_.size(); }
+  [[nodiscard]] std::span<const PinnedBlockRef> blocks() const { return blocks_; }
+  [[nodiscard]] bool empty() const { return blocks_.empty(); }
+  [[nodiscard]] std::size_t size() const { return blocks_.size(); }
 
   // Drops the pins now; the handle becomes empty.
   void Release() {

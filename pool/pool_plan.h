@@ -65,17 +65,19 @@ struct PoolSpec {
   std::int64_t budget_bytes = 0;
   std::int64_t num_blocks = 0;
 
-  std::int32_t tokens_per_block() const { return geometry.tokens_per_block; }
-  std::int64_t tokens() const { return num_blocks * geometry.tokens_per_block; }
+  [[nodiscard]] std::int32_t tokens_per_block() const { return geometry.tokens_per_block; }
+  [[nodiscard]] std::int64_t tokens() const { return num_blocks * geometry.tokens_per_block; }
   // Bytes of one block over every component.
-  std::int64_t bytes_per_block() const { return layout.BytesPerBlock(); }
+  [[nodiscard]] std::int64_t bytes_per_block() const { return layout.BytesPerBlock(); }
   // Bytes of one block of one component (0 when absent).
-  std::int64_t ComponentBytesPerBlock(KvComponent c) const;
-  std::int64_t bytes_per_token() const { return bytes_per_block() / geometry.tokens_per_block; }
+  [[nodiscard]] std::int64_t ComponentBytesPerBlock(KvComponent c) const;
+  [[nodiscard]] std::int64_t bytes_per_token() const {
+    return bytes_per_block() / geometry.tokens_per_block;
+  }
   // Bytes of the whole pool: num_blocks * bytes_per_block.
-  std::int64_t pool_bytes() const { return num_blocks * bytes_per_block(); }
+  [[nodiscard]] std::int64_t pool_bytes() const { return num_blocks * bytes_per_block(); }
   // The same pool in `order` (strides of the other order, e.g. for an HND <-> NHD copy).
-  KvPoolLayout LayoutIn(KvLayout order) const { return WithOrder(layout, order); }
+  [[nodiscard]] KvPoolLayout LayoutIn(KvLayout order) const { return WithOrder(layout, order); }
 };
 
 // Where a global layer lives.
@@ -97,15 +99,15 @@ struct PoolPlan {
   std::vector<PoolSpec> pools;
   std::vector<LayerLocation> layer_locations;  // [num_layers]
 
-  bool limited_by_max_tokens() const {
+  [[nodiscard]] bool limited_by_max_tokens() const {
     return max_tokens_bytes >= 0 && max_tokens_bytes < fraction_bytes;
   }
   // REQUIRES: id names a pool of this plan.
-  const PoolSpec& pool(PoolId id) const;
+  [[nodiscard]] const PoolSpec& pool(PoolId id) const;
   // REQUIRES: 0 <= layer < layer_locations.size().
-  const LayerLocation& Locate(std::int32_t layer) const;
+  [[nodiscard]] const LayerLocation& Locate(std::int32_t layer) const;
   // Sum of pool_bytes() over the pools (<= budget_bytes).
-  std::int64_t TotalPoolBytes() const;
+  [[nodiscard]] std::int64_t TotalPoolBytes() const;
 };
 
 // Groups the layers into pools and sizes them.

@@ -40,10 +40,10 @@ class PoolStorage {
   PoolStorage(PoolStorage&&) noexcept = default;
   PoolStorage& operator=(PoolStorage&&) noexcept = default;
 
-  const std::vector<KvPoolView>& views() const { return views_; }
-  const KvPoolView& view(int pool) const { return views_[pool]; }
-  int num_pools() const { return static_cast<int>(views_.size()); }
-  std::int64_t total_bytes() const { return total_bytes_; }
+  [[nodiscard]] const std::vector<KvPoolView>& views() const { return views_; }
+  [[nodiscard]] const KvPoolView& view(int pool) const { return views_[pool]; }
+  [[nodiscard]] int num_pools() const { return static_cast<int>(views_.size()); }
+  [[nodiscard]] std::int64_t total_bytes() const { return total_bytes_; }
 
  private:
   std::vector<std::array<AlignedBuffer, kNumKvComponents>> buffers_;

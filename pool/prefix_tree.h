@@ -76,30 +76,30 @@ class PrefixTree {
   PrefixTree(std::int32_t tokens_per_block, int num_pools, const ContentId& namespace_digest,
              std::uint64_t hash_seed);
 
-  std::int32_t tokens_per_block() const { return tokens_per_block_; }
-  int num_pools() const { return num_pools_; }
-  const ContentId& namespace_digest() const { return namespace_digest_; }
+  [[nodiscard]] std::int32_t tokens_per_block() const { return tokens_per_block_; }
+  [[nodiscard]] int num_pools() const { return num_pools_; }
+  [[nodiscard]] const ContentId& namespace_digest() const { return namespace_digest_; }
 
   // The root of `domain`, created on first use; each call takes a reference that ReleaseRoot
   // gives back. A root without references and children is removed.
   NodeRef AcquireRoot(const CacheDomain& domain);
   void ReleaseRoot(NodeRef root);
   // The root of `domain` if it exists, else kNoNode. Takes no reference.
-  NodeRef FindRoot(const CacheDomain& domain) const;
+  [[nodiscard]] NodeRef FindRoot(const CacheDomain& domain) const;
 
   // The bucket hash of a child key (BlockKeyHash with this tree's seed).
-  std::uint64_t KeyHash(NodeRef parent, std::span<const Token> tokens,
-                        std::span<const BlockMmRef> mm) const {
+  [[nodiscard]] std::uint64_t KeyHash(NodeRef parent, std::span<const Token> tokens,
+                                      std::span<const BlockMmRef> mm) const {
     return BlockKeyHash(hash_seed_, parent, tokens, mm);
   }
   // The child of `parent` with exactly these tokens and mm refs, or kNoNode. `hash` is
   // KeyHash(parent, tokens, mm) when the caller has it already.
-  NodeRef FindChild(NodeRef parent, std::span<const Token> tokens,
-                    std::span<const BlockMmRef> mm) const {
+  [[nodiscard]] NodeRef FindChild(NodeRef parent, std::span<const Token> tokens,
+                                  std::span<const BlockMmRef> mm) const {
     return FindChild(parent, tokens, mm, KeyHash(parent, tokens, mm));
   }
-  NodeRef FindChild(NodeRef parent, std::span<const Token> tokens, std::span<const BlockMmRef> mm,
-                    std::uint64_t hash) const;
+  [[nodiscard]] NodeRef FindChild(NodeRef parent, std::span<const Token> tokens,
+                                  std::span<const BlockMmRef> mm, std::uint64_t hash) const;
   // Creates that child (no blocks yet; content id computed). REQUIRES: it does not exist,
   // tokens.size() == tokens_per_block, hash == KeyHash(parent, tokens, mm).
   NodeRef AddChild(NodeRef parent, std::span<const Token> tokens, std::span<const BlockMmRef> mm,
@@ -112,41 +112,41 @@ class PrefixTree {
   // Removes a root with no children and no references.
   void RemoveRootIfUnused(NodeRef root);
 
-  NodeRef FindByContentId(const ContentId& id) const;
+  [[nodiscard]] NodeRef FindByContentId(const ContentId& id) const;
 
   TreeNode& node(NodeRef n) { return nodes_[n]; }
-  const TreeNode& node(NodeRef n) const { return nodes_[n]; }
-  NodeHandle handle(NodeRef n) const { return {n, nodes_[n].generation}; }
-  bool IsCurrent(const NodeHandle& h) const {
+  [[nodiscard]] const TreeNode& node(NodeRef n) const { return nodes_[n]; }
+  [[nodiscard]] NodeHandle handle(NodeRef n) const { return {n, nodes_[n].generation}; }
+  [[nodiscard]] bool IsCurrent(const NodeHandle& h) const {
     return h.node != kNoNode && h.node < nodes_.size() && nodes_[h.node].alive &&
            nodes_[h.node].generation == h.generation;
   }
-  std::span<const Token> tokens(NodeRef n) const {
+  [[nodiscard]] std::span<const Token> tokens(NodeRef n) const {
     return {tokens_.data() + static_cast<std::size_t>(n) * tokens_per_block_,
             static_cast<std::size_t>(tokens_per_block_)};
   }
-  std::span<const BlockMmRef> mm(NodeRef n) const {
+  [[nodiscard]] std::span<const BlockMmRef> mm(NodeRef n) const {
     const std::uint32_t s = nodes_[n].mm_slot;
     if (s == kNoNode) return {};
     return mm_slots_[s];
   }
-  BlockId block(NodeRef n, int pool) const {
+  [[nodiscard]] BlockId block(NodeRef n, int pool) const {
     return blocks_[static_cast<std::size_t>(n) * num_pools_ + pool];
   }
   void set_block(NodeRef n, int pool, BlockId b) {
     blocks_[static_cast<std::size_t>(n) * num_pools_ + pool] = b;
   }
-  bool HasAnyBlock(NodeRef n) const;
+  [[nodiscard]] bool HasAnyBlock(NodeRef n) const;
   // The content id of the node's parent (the domain id for a depth-0 node).
-  const ContentId& parent_content_id(NodeRef n) const {
+  [[nodiscard]] const ContentId& parent_content_id(NodeRef n) const {
     return nodes_[nodes_[n].parent].content_id;
   }
 
   // Alive non-root nodes.
-  std::size_t num_nodes() const { return num_nodes_; }
-  std::size_t num_roots() const { return roots_.size(); }
+  [[nodiscard]] std::size_t num_nodes() const { return num_nodes_; }
+  [[nodiscard]] std::size_t num_roots() const { return roots_.size(); }
   // One past the largest node index ever used (for iteration over nodes()).
-  NodeRef node_capacity() const { return static_cast<NodeRef>(nodes_.size()); }
+  [[nodiscard]] NodeRef node_capacity() const { return static_cast<NodeRef>(nodes_.size()); }
 
   template <typename F>
   void ForEachChild(NodeRef parent, F&& f) const {
@@ -162,7 +162,8 @@ class PrefixTree {
 
   NodeRef NewNode();
   void FreeNode(NodeRef n);
-  bool KeyEquals(NodeRef n, std::span<const Token> tokens, std::span<const BlockMmRef> mm) const;
+  [[nodiscard]] bool KeyEquals(NodeRef n, std::span<const Token> tokens,
+                               std::span<const BlockMmRef> mm) const;
 
   std::int32_t tokens_per_block_;
   int num_pools_;

@@ -62,8 +62,8 @@ class TraceReader {
   // The next request; nullopt at the end of the file. After an error the reader stays failed.
   Result<std::optional<TraceRequest>> Next();
   // The 1-based number of the line read last (0 before the first).
-  std::int64_t line_number() const { return line_number_; }
-  const std::string& path() const { return path_; }
+  [[nodiscard]] std::int64_t line_number() const { return line_number_; }
+  [[nodiscard]] const std::string& path() const { return path_; }
 
  private:
   TraceReader(std::string path, std::unique_ptr<std::ifstream> in)

@@ -135,18 +135,18 @@ struct ReplayResult {
   double wall_s = 0;
   BlockManagerStats stats;  // the manager's, at the end (per-priority cached blocks, ...)
 
-  double hit_rate() const {
+  [[nodiscard]] double hit_rate() const {
     return input_blocks == 0
                ? 0.0
                : static_cast<double>(reused_blocks) / static_cast<double>(input_blocks);
   }
   // Reused from the pool or restored from the tiers, over input blocks.
-  double hit_rate_with_tiers() const {
+  [[nodiscard]] double hit_rate_with_tiers() const {
     return input_blocks == 0 ? 0.0
                              : static_cast<double>(reused_blocks + restored_blocks) /
                                    static_cast<double>(input_blocks);
   }
-  double requests_per_s() const {
+  [[nodiscard]] double requests_per_s() const {
     return wall_s > 0 ? static_cast<double>(requests) / wall_s : 0.0;
   }
 };
@@ -164,12 +164,12 @@ class TraceReplay {
   Status Replay(const TraceRequest& request);
   // Everything so far, with a snapshot of the manager's statistics; wall_s is the time spent in
   // Replay.
-  ReplayResult Summary() const;
+  [[nodiscard]] ReplayResult Summary() const;
   // The replay's own counters so far (requests, rejected, input, reused, restored, wall_s);
   // without the manager's statistics (stats, evicted_blocks, cached_blocks stay 0). Cheap.
-  const ReplayResult& counts() const { return result_; }
-  const BlockManager& manager() const { return *manager_; }
-  const ReplayConfig& config() const { return config_; }
+  [[nodiscard]] const ReplayResult& counts() const { return result_; }
+  [[nodiscard]] const BlockManager& manager() const { return *manager_; }
+  [[nodiscard]] const ReplayConfig& config() const { return config_; }
 
  private:
   TraceReplay(ReplayConfig config, std::unique_ptr<BlockManager> manager);

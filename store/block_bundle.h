@@ -55,7 +55,7 @@ inline constexpr std::int64_t kBundleChecksumBytes = 16;
 
 struct GeometryFingerprint {
   std::array<std::uint8_t, 16> bytes{};
-  std::string ToHex() const;  // 32 lower-case hex characters
+  [[nodiscard]] std::string ToHex() const;  // 32 lower-case hex characters
   friend bool operator==(const GeometryFingerprint&, const GeometryFingerprint&) = default;
 };
 
@@ -87,13 +87,13 @@ class BundleCodec {
   // scale for a dtype that has one. The pool scale of a dtype without one is ignored (stored as 1).
   static Result<BundleCodec> Create(const KvPoolLayout& layout, float pool_scale);
 
-  const KvPoolLayout& layout() const { return layout_; }
-  float pool_scale() const { return pool_scale_; }
-  const GeometryFingerprint& fingerprint() const { return fingerprint_; }
+  [[nodiscard]] const KvPoolLayout& layout() const { return layout_; }
+  [[nodiscard]] float pool_scale() const { return pool_scale_; }
+  [[nodiscard]] const GeometryFingerprint& fingerprint() const { return fingerprint_; }
   // Exact size of every bundle of this pool.
-  std::int64_t bundle_bytes() const { return bundle_bytes_; }
+  [[nodiscard]] std::int64_t bundle_bytes() const { return bundle_bytes_; }
   // Bytes of the block itself (every component), without header, padding and checksum.
-  std::int64_t block_bytes() const { return layout_.BytesPerBlock(); }
+  [[nodiscard]] std::int64_t block_bytes() const { return layout_.BytesPerBlock(); }
 
   // OK when `view` is a pool of this codec (same layout; same pool scale for the dtypes that have
   // one; a base for every present component) and `block` lies in it; else kInvalidArgument.

@@ -51,9 +51,11 @@ class HostMemory {
   ~HostMemory() { Reset(); }
 
   std::byte* data() { return pinned_ != nullptr ? pinned_ : aligned_.data(); }
-  const std::byte* data() const { return pinned_ != nullptr ? pinned_ : aligned_.data(); }
-  std::size_t size() const { return size_; }
-  bool pinned() const { return pinned_ != nullptr; }
+  [[nodiscard]] const std::byte* data() const {
+    return pinned_ != nullptr ? pinned_ : aligned_.data();
+  }
+  [[nodiscard]] std::size_t size() const { return size_; }
+  [[nodiscard]] bool pinned() const { return pinned_ != nullptr; }
 
  private:
   void Reset();

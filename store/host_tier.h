@@ -112,8 +112,7 @@ class HostTier final : public BlockTier {
     std::list<std::int32_t>::iterator lru_pos;
   };
   struct Shard {
-    Shard(HostTierPool config, BundleCodec codec)
-        : config(config), codec(std::move(codec)) {}
+    Shard(HostTierPool config, BundleCodec codec) : config(config), codec(std::move(codec)) {}
     const HostTierPool config;
     const BundleCodec codec;
     std::byte* base = nullptr;

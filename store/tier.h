@@ -74,7 +74,7 @@ class BlockTier {
   virtual ~BlockTier() = default;
 
   // "host", "rocksdb".
-  virtual std::string_view name() const = 0;
+  [[nodiscard]] virtual std::string_view name() const = 0;
 
   // Stores block `block` of `src` under (pool, id). OK also when the block is already held (it is
   // not copied again; its priority and recency are updated). kInvalidArgument: unknown pool, a
@@ -102,7 +102,7 @@ class BlockTier {
   // Removes the block. kNotFound when it was not held.
   [[nodiscard]] virtual Status Erase(TierPoolId pool, const ContentId& id) = 0;
 
-  virtual TierStats stats() const = 0;
+  [[nodiscard]] virtual TierStats stats() const = 0;
 };
 
 }  // namespace kvmesh

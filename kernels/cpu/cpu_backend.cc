@@ -11,7 +11,7 @@ class CpuBackend final : public KernelBackend {
  public:
   explicit CpuBackend(ThreadPool* executor) : executor_(executor) {}
 
-  BackendKind kind() const override { return BackendKind::kCpu; }
+  [[nodiscard]] BackendKind kind() const override { return BackendKind::kCpu; }
 
   Status AppendKv(const AppendKvArgs& args) override { return cpu::AppendKv(args, executor_); }
   Status AppendIndexK(const AppendIndexKArgs& args) override {

@@ -43,7 +43,7 @@ class CudaStream {
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
 
-  cudaStream_t get() const { return stream_; }
+  [[nodiscard]] cudaStream_t get() const { return stream_; }
 
  private:
   int device_;
@@ -54,7 +54,7 @@ class CudaBackend final : public KernelBackend {
  public:
   CudaBackend(int device, CudaStream stream) : device_(device), stream_(std::move(stream)) {}
 
-  BackendKind kind() const override { return BackendKind::kCuda; }
+  [[nodiscard]] BackendKind kind() const override { return BackendKind::kCuda; }
 
   Status AppendKv(const AppendKvArgs& args) override {
     KVMESH_RETURN_IF_ERROR(MakeCurrent());

@@ -197,7 +197,7 @@ struct DecodeCase {
   std::vector<int> kv_lens = {1, 3, 7, 17, 65};
   std::uint32_t seed = 1;
 
-  std::string Name() const {
+  [[nodiscard]] std::string Name() const {
     return StrCat(KvDtypeName(dtype), "_", KvLayoutName(layout), "_d", head_dim, "_kv",
                   num_kv_heads, "_q", num_q_heads, "_tpb", tokens_per_block, "_qlen", q_len, "_win",
                   window, "_q", ActDtypeName(q_dtype), "_out", ActDtypeName(out_dtype), "_splits",
@@ -247,7 +247,7 @@ struct DecodeProblem {
     return MakeKvPoolLayout(g).value();
   }
 
-  std::int64_t Rows() const {
+  [[nodiscard]] std::int64_t Rows() const {
     return std::int64_t(spec.kv_lens.size()) * spec.q_len * spec.num_q_heads;
   }
 
@@ -296,7 +296,7 @@ struct MlaCase {
   std::vector<int> kv_lens = {1, 3, 7, 17, 65};
   std::uint32_t seed = 1;
 
-  std::string Name() const {
+  [[nodiscard]] std::string Name() const {
     return StrCat(KvDtypeName(dtype), "_", KvLayoutName(layout), "_h", num_heads, "_tpb",
                   tokens_per_block, "_qlen", q_len, "_q", ActDtypeName(q_dtype), "_out",
                   ActDtypeName(out_dtype), "_splits", num_splits);
@@ -341,7 +341,7 @@ struct MlaProblem {
     return MakeKvPoolLayout(g).value();
   }
 
-  std::int64_t Rows() const {
+  [[nodiscard]] std::int64_t Rows() const {
     return std::int64_t(spec.kv_lens.size()) * spec.q_len * spec.num_heads;
   }
 
