@@ -1,12 +1,8 @@
 // Runs the real kvctl binary: `kvctl replay` on synthetic traces and trace files (JSON numbers
 // equal to the library's), the sweep's CSV and PNG, the progress bar, and the exit codes and
 // messages of bad command lines.
-#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -18,8 +14,7 @@
 
 #include "pool/trace.h"
 #include "pool/trace_replay.h"
-
-extern char** environ;
+#include "tests/cli/kvctl_runner.h"
 
 namespace kvmesh {
 namespace {
@@ -27,80 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
-
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A fresh directory for one test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::path(::testing::TempDir()) /
-            ("kvctl_replay_" + std::to_string(getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string Path(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-// Spawns kvctl with `args` (no shell) and `env` added to the environment; stdout and stderr are
-// captured in temporary files.
-RunResult RunKvctl(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out_path = dir + "/kvctl_replay_test_" + std::to_string(getpid()) + ".out";
-  const std::string err_path = dir + "/kvctl_replay_test_" + std::to_string(getpid()) + ".err";
-  std::vector<std::string> argv_storage = {KVCTL_PATH};
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_storage = env;
-  std::vector<char*> envp;
-  for (std::string& e : env_storage) envp.push_back(e.data());
-  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  pid_t pid = 0;
-  RunResult r;
-  const int rc = posix_spawn(&pid, KVCTL_PATH, &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    ADD_FAILURE() << "posix_spawn " << KVCTL_PATH << " failed: " << rc;
-    return r;
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
-  unlink(out_path.c_str());
-  unlink(err_path.c_str());
-  return r;
-}
+using cli_test::ReadFile;
+using cli_test::RunKvctl;
+using cli_test::RunResult;
 
 Json RunJson(std::vector<std::string> args) {
   args.push_back("--json");
@@ -195,7 +119,7 @@ TEST(KvctlReplayTest, UnlimitedByDefaultAndTextSummary) {
 }
 
 TEST(KvctlReplayTest, WrittenTraceReplaysToTheSameNumbers) {
-  TempDir dir;
+  const cli_test::ScratchDir dir("kvctl_replay");
   const std::string path = dir.Path("synthetic.jsonl");
   const Json synthetic =
       RunJson(With(kSmallSyntheticFlags, {"--capacity-blocks", "100", "--write-trace", path}));
@@ -236,7 +160,7 @@ TEST(KvctlReplayTest, CapacityBytesConvertsAtOneBlockOfTheModel) {
 }
 
 TEST(KvctlReplayTest, SweepWritesCsvAndPng) {
-  TempDir dir;
+  const cli_test::ScratchDir dir("kvctl_replay");
   const Json j = RunJson(
       With(kSmallSyntheticFlags, {"--sweep=100,300,unlimited", "--out-dir", dir.Path("out")}));
   EXPECT_EQ(j["schema"], "kvmesh.replay_sweep/1");
@@ -283,7 +207,7 @@ TEST(KvctlReplayTest, SweepWritesCsvAndPng) {
 }
 
 TEST(KvctlReplayTest, SweepWithoutGnuplotWritesTheCsvAndFailsOnlyWithPlot) {
-  TempDir dir;
+  const cli_test::ScratchDir dir("kvctl_replay");
   const std::vector<std::string> args =
       With(kSmallSyntheticFlags,
            {"--sweep=100,unlimited", "--policy", "lru", "--out-dir", dir.Path("out"), "--json"});
@@ -318,7 +242,7 @@ TEST(KvctlReplayTest, ProgressBarOnlyWhenAskedOffATerminal) {
 }
 
 TEST(KvctlReplayTest, BadInputExitsTwoWithAMessage) {
-  TempDir dir;
+  const cli_test::ScratchDir dir("kvctl_replay");
   const std::string bad = dir.Path("bad.jsonl");
   std::ofstream(bad) << "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, "
                         "\"hash_ids\": [1]}\n\n"

@@ -2,23 +2,17 @@
 // (synchronous copies, so the figures are exact): the JSON "tiers" object equals the library's
 // ReplayTraceWithTiers, the text summary has the tier lines, a --disk-path is kept and a temporary
 // directory is not, and bad tier flags exit 2 with a message.
-#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "store/tiered_replay.h"
-
-extern char** environ;
+#include "tests/cli/kvctl_runner.h"
 
 namespace kvmesh {
 namespace {
@@ -26,53 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using Json = nlohmann::json;
-
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Spawns kvctl with `args` (no shell); stdout and stderr captured in temporary files.
-RunResult RunKvctl(const std::vector<std::string>& args) {
-  const std::string base =
-      ::testing::TempDir() + "/kvctl_replay_tiers_test_" + std::to_string(getpid());
-  const std::string out_path = base + ".out", err_path = base + ".err";
-  std::vector<std::string> storage = {KVCTL_PATH};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  pid_t pid = 0;
-  RunResult r;
-  const int rc = posix_spawn(&pid, KVCTL_PATH, &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    ADD_FAILURE() << "posix_spawn " << KVCTL_PATH << " failed: " << rc;
-    return r;
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
-  unlink(out_path.c_str());
-  unlink(err_path.c_str());
-  return r;
-}
+using cli_test::RunKvctl;
+using cli_test::RunResult;
 
 const std::vector<std::string> kReplay = {"replay",
                                           "--synthetic",
