@@ -17,12 +17,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string Fixed(double v, int digits) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(digits) << v;
-  return s.str();
-}
-
 Json NullOr(const std::optional<std::int64_t>& v) { return v ? Json(*v) : Json(nullptr); }
 
 Json SourceJson(const ReplaySource& s) {
@@ -136,10 +130,10 @@ void PrintReplayText(const ReplaySource& source, const ReplayRun& run, std::ostr
   }
   out << "\n";
   out << "blocks      " << r.input_blocks << " input, " << r.reused_blocks << " reused\n";
-  out << "hit rate    " << Fixed(r.hit_rate(), 4) << "\n";
+  out << "hit rate    " << FormatFixed(r.hit_rate(), 4) << "\n";
   out << "evictions   " << r.evicted_blocks << "\n";
   out << "cached      " << r.cached_blocks << " blocks at the end\n";
-  out << "time        " << Fixed(r.wall_s, 2) << " s (" << Fixed(r.requests_per_s(), 0)
+  out << "time        " << FormatFixed(r.wall_s, 2) << " s (" << FormatFixed(r.requests_per_s(), 0)
       << " requests/s)\n";
   if (run.tiers) PrintReplayTiersText(r, *run.tiers, out);
 }
@@ -163,9 +157,10 @@ void PrintSweepText(const ReplaySource& source, const std::vector<ReplayRun>& ru
   for (const ReplayRun& run : runs) {
     const ReplayResult& r = run.result;
     out << std::setw(12) << CapacityString(r.capacity_blocks) << std::setw(14)
-        << EvictionPolicyName(r.policy) << std::setw(10) << Fixed(r.hit_rate(), 4) << std::setw(10)
-        << r.reused_blocks << std::setw(10) << r.input_blocks << std::setw(11) << r.evicted_blocks
-        << std::setw(10) << r.rejected_requests << Fixed(r.requests_per_s(), 0) << "\n";
+        << EvictionPolicyName(r.policy) << std::setw(10) << FormatFixed(r.hit_rate(), 4)
+        << std::setw(10) << r.reused_blocks << std::setw(10) << r.input_blocks << std::setw(11)
+        << r.evicted_blocks << std::setw(10) << r.rejected_requests
+        << FormatFixed(r.requests_per_s(), 0) << "\n";
   }
   out << "\ncsv         " << sweep.csv_path << "\n";
   out << "plot        " << (sweep.png_path.empty() ? sweep.plot_note : sweep.png_path) << "\n";
@@ -200,8 +195,8 @@ void ProgressBar::Update(const ReplayProgress& p) {
                                         : 0.0;
   *err_ << "\r" << label_ << (label_.empty() ? "" : " ") << "[" << std::string(filled, '#')
         << std::string(kWidth - filled, '.') << "] " << p.requests_done << "/" << p.requests_total
-        << " requests  " << Fixed(rate, 0) << " req/s  hit rate " << Fixed(hit, 4) << "   "
-        << std::flush;
+        << " requests  " << FormatFixed(rate, 0) << " req/s  hit rate " << FormatFixed(hit, 4)
+        << "   " << std::flush;
   drawn_ = true;
 }
 

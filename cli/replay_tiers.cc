@@ -13,12 +13,6 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-std::string Fixed(double v, int digits) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(digits) << v;
-  return s.str();
-}
-
 Result<std::int64_t> CountFlag(std::string_view flag, const std::string& text) {
   auto n = ParseCount(text);
   if (!n.ok()) return n.status().WithContext(flag);
@@ -26,8 +20,9 @@ Result<std::int64_t> CountFlag(std::string_view flag, const std::string& text) {
 }
 
 std::string Traffic(const TierTraffic& t) {
-  return StrCat(t.blocks, " blocks, ", FormatBytes(t.bytes), " (", Fixed(t.bytes_per_s() / 1e9, 2),
-                " GB/s over ", Fixed(t.copy_s, 3), " s of copies)");
+  return StrCat(t.blocks, " blocks, ", FormatBytes(t.bytes), " (",
+                FormatFixed(t.bytes_per_s() / 1e9, 2), " GB/s over ", FormatFixed(t.copy_s, 3),
+                " s of copies)");
 }
 
 Json TrafficJson(const TierTraffic& t) {
@@ -124,7 +119,7 @@ void PrintReplayTiersText(const ReplayResult& r, const TieredReplayStats& t, std
   out << "hits        pool " << r.reused_blocks << ", host " << t.host_hit_blocks << ", disk "
       << t.disk_hit_blocks << ", missed " << r.input_blocks - r.reused_blocks - r.restored_blocks
       << "\n";
-  out << "with tiers  hit rate " << Fixed(r.hit_rate_with_tiers(), 4) << "\n";
+  out << "with tiers  hit rate " << FormatFixed(r.hit_rate_with_tiers(), 4) << "\n";
   out << "offload     " << Traffic(s.offload) << "\n";
   out << "            skipped: " << s.skipped_clean << " clean (in a tier already), "
       << s.skipped_priority << " below priority; " << s.offload_failed << " failed\n";

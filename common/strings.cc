@@ -1,5 +1,7 @@
 #include "common/strings.h"
 
+#include <iomanip>
+
 namespace kvmesh {
 
 std::string AsciiLower(std::string_view s) {
@@ -33,6 +35,12 @@ std::string HexEncode(const void* data, std::size_t size) {
     out[2 * i + 1] = kDigits[bytes[i] & 0xF];
   }
   return out;
+}
+
+std::string FormatFixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
 }
 
 }  // namespace kvmesh

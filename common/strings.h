@@ -41,4 +41,7 @@ std::vector<std::string> StrSplit(std::string_view s, char separator);
 // Hex of bytes, lower case, two characters a byte.
 std::string HexEncode(const void* data, std::size_t size);
 
+// `v` with exactly `digits` digits after the point, as printf's "%.*f" (0.3664, 1.00, nan, inf).
+std::string FormatFixed(double v, int digits);
+
 }  // namespace kvmesh

@@ -349,24 +349,7 @@ std::span<std::byte> HostTier::SlotBytesForTesting(TierPoolId pool, const Conten
 }
 
 TierStats HostTier::stats() const {
-  TierStats s;
-  const auto ld = [](const std::atomic<std::int64_t>& a) {
-    return a.load(std::memory_order_relaxed);
-  };
-  s.puts = ld(counters_.puts);
-  s.put_bytes = ld(counters_.put_bytes);
-  s.put_present = ld(counters_.put_present);
-  s.hits = ld(counters_.hits);
-  s.hit_bytes = ld(counters_.hit_bytes);
-  s.misses = ld(counters_.misses);
-  s.corrupt = ld(counters_.corrupt);
-  s.evictions = ld(counters_.evictions);
-  s.eviction_bytes = ld(counters_.eviction_bytes);
-  s.spills = ld(counters_.spills);
-  s.spill_failures = ld(counters_.spill_failures);
-  s.erases = ld(counters_.erases);
-  s.entries = ld(counters_.entries);
-  s.used_bytes = ld(counters_.used_bytes);
+  TierStats s = counters_.Snapshot();
   s.capacity_bytes = options_.capacity_bytes;
   return s;
 }

@@ -132,11 +132,6 @@ class HostTier final : public BlockTier {
     bool has_victim = false;
     EvictedBundle victim;
   };
-  struct Counters {
-    std::atomic<std::int64_t> puts{0}, put_bytes{0}, put_present{0}, hits{0}, hit_bytes{0},
-        misses{0}, corrupt{0}, evictions{0}, eviction_bytes{0}, spills{0}, spill_failures{0},
-        erases{0}, entries{0}, used_bytes{0};
-  };
 
   HostTier(HostTierOptions options, HostMemory memory);
   Result<Shard*> FindShard(TierPoolId pool, int priority) const;
@@ -158,7 +153,7 @@ class HostTier final : public BlockTier {
   HostTierOptions options_;
   HostMemory memory_;
   std::vector<std::unique_ptr<Shard>> shards_;
-  mutable Counters counters_;
+  mutable TierCounters counters_;
 };
 
 }  // namespace kvmesh

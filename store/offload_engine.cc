@@ -152,18 +152,22 @@ void OffloadEngine::CopyOut(const EvictedBlock& block) {
   }
 }
 
-void OffloadEngine::OnEvict(const EvictedBlock& block) {
+bool OffloadEngine::ShouldCopy(const EvictedBlock& block) {
   counters_->evictions_seen.fetch_add(1, std::memory_order_relaxed);
-  if (top() == nullptr) return;
+  if (top() == nullptr) return false;
   if (block.priority < options_.offload_min_priority) {
     counters_->skipped_priority.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return false;
   }
   if (IsClean(block)) {
     counters_->skipped_clean.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return false;
   }
-  CopyOut(block);  // the bytes are intact only during this call
+  return true;
+}
+
+void OffloadEngine::OnEvict(const EvictedBlock& block) {
+  if (ShouldCopy(block)) CopyOut(block);  // the bytes are intact only during this call
 }
 
 void OffloadEngine::OnEvictDeferrable(const EvictedBlock& block, MoveOutTicket& ticket) {
@@ -171,16 +175,7 @@ void OffloadEngine::OnEvictDeferrable(const EvictedBlock& block, MoveOutTicket& 
     OnEvict(block);  // synchronous: the ticket is left, the slot is reused when this returns
     return;
   }
-  counters_->evictions_seen.fetch_add(1, std::memory_order_relaxed);
-  if (top() == nullptr) return;
-  if (block.priority < options_.offload_min_priority) {
-    counters_->skipped_priority.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  if (IsClean(block)) {
-    counters_->skipped_clean.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+  if (!ShouldCopy(block)) return;
   Started();
   auto mine = std::make_shared<MoveOutTicket>(std::move(ticket));
   copy_pool_->Submit([this, block, mine] {

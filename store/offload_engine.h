@@ -171,6 +171,9 @@ class OffloadEngine final : public EvictionListener {
   Status Open();
   BlockTier* top() { return host_ ? static_cast<BlockTier*>(host_.get()) : disk_.get(); }
   bool IsClean(const EvictedBlock& block);
+  // Whether an evicted block is to be copied down: counts it, and why it is not (no tier, below
+  // the offload priority, clean).
+  bool ShouldCopy(const EvictedBlock& block);
   // Puts the block into the top tier; counts.
   void CopyOut(const EvictedBlock& block);
   // The host tier's eviction sink.

@@ -311,21 +311,7 @@ Status RocksDbTier::Erase(TierPoolId pool, const ContentId& id) {
 }
 
 TierStats RocksDbTier::stats() const {
-  TierStats s;
-  const auto ld = [](const std::atomic<std::int64_t>& a) {
-    return a.load(std::memory_order_relaxed);
-  };
-  s.puts = ld(counters_.puts);
-  s.put_bytes = ld(counters_.put_bytes);
-  s.put_present = ld(counters_.put_present);
-  s.hits = ld(counters_.hits);
-  s.hit_bytes = ld(counters_.hit_bytes);
-  s.misses = ld(counters_.misses);
-  s.corrupt = ld(counters_.corrupt);
-  s.evictions = ld(counters_.evictions);
-  s.eviction_bytes = ld(counters_.eviction_bytes);
-  s.erases = ld(counters_.erases);
-  s.io_errors = ld(counters_.io_errors);
+  TierStats s = counters_.Snapshot();  // entries and used bytes: from the index, below
   s.capacity_bytes = options_.capacity_bytes;
   s.disabled = disabled();
   MutexLock lock(&mu_);

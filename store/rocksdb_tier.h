@@ -149,10 +149,6 @@ class RocksDbTier final : public BlockTier {
     ContentId id;
     friend auto operator<=>(const OrderKey&, const OrderKey&) = default;
   };
-  struct Counters {
-    std::atomic<std::int64_t> puts{0}, put_bytes{0}, put_present{0}, hits{0}, hit_bytes{0},
-        misses{0}, corrupt{0}, evictions{0}, eviction_bytes{0}, erases{0}, io_errors{0};
-  };
   // A put reserved in the index, with the victims it displaced.
   struct Reservation {
     bool already_held = false;
@@ -200,7 +196,7 @@ class RocksDbTier final : public BlockTier {
   std::uint64_t next_seq_ KVMESH_GUARDED_BY(mu_) = 1;
   std::uint64_t next_generation_ KVMESH_GUARDED_BY(mu_) = 1;
   std::string disabled_reason_ KVMESH_GUARDED_BY(mu_);
-  mutable Counters counters_;
+  mutable TierCounters counters_;
 };
 
 }  // namespace kvmesh

@@ -14,6 +14,7 @@
 // Thread safety: implementations are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
@@ -58,6 +59,38 @@ struct TierStats {
   std::int64_t used_bytes = 0;      // bundle bytes held now
   std::int64_t capacity_bytes = 0;
   bool disabled = false;  // RocksDB tier after an I/O error
+};
+
+// The counting side of TierStats, for the tiers' implementations: updated with relaxed atomics on
+// the data path, read as a snapshot (fields are read one by one, not as one consistent cut).
+struct TierCounters {
+  std::atomic<std::int64_t> puts{0}, put_bytes{0}, put_present{0}, hits{0}, hit_bytes{0}, misses{0},
+      corrupt{0}, evictions{0}, eviction_bytes{0}, spills{0}, spill_failures{0}, erases{0},
+      io_errors{0}, entries{0}, used_bytes{0};
+
+  // Every count; capacity_bytes and disabled are the tier's to fill.
+  [[nodiscard]] TierStats Snapshot() const {
+    const auto ld = [](const std::atomic<std::int64_t>& a) {
+      return a.load(std::memory_order_relaxed);
+    };
+    TierStats s;
+    s.puts = ld(puts);
+    s.put_bytes = ld(put_bytes);
+    s.put_present = ld(put_present);
+    s.hits = ld(hits);
+    s.hit_bytes = ld(hit_bytes);
+    s.misses = ld(misses);
+    s.corrupt = ld(corrupt);
+    s.evictions = ld(evictions);
+    s.eviction_bytes = ld(eviction_bytes);
+    s.spills = ld(spills);
+    s.spill_failures = ld(spill_failures);
+    s.erases = ld(erases);
+    s.io_errors = ld(io_errors);
+    s.entries = ld(entries);
+    s.used_bytes = ld(used_bytes);
+    return s;
+  }
 };
 
 // A block leaving a tier through eviction, handed to the tier below (host → RocksDB). `bundle`

@@ -24,5 +24,12 @@ TEST(StringsTest, HexAndLower) {
   EXPECT_EQ(AsciiLower("NHD"), "nhd");
 }
 
+TEST(StringsTest, FormatFixedRoundsToTheDigitsAsked) {
+  EXPECT_EQ(FormatFixed(0.36638, 4), "0.3664");
+  EXPECT_EQ(FormatFixed(1.0, 2), "1.00");
+  EXPECT_EQ(FormatFixed(2690.6, 0), "2691");
+  EXPECT_EQ(FormatFixed(-0.125, 1), "-0.1");  // ties to even, as printf
+}
+
 }  // namespace
 }  // namespace kvmesh
