@@ -15,17 +15,21 @@
 // The device code, compiled as C++ against the shims above.
 #include "kernels/cuda/append_kv.cuh"
 #include "tests/kernels/append_kv_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace kvmesh {
 namespace {
 
 using testing::AppendBatch;
 using testing::AppendInputs;
+using testing::CaseName;
 using testing::EmulateGrid;
+using testing::ExpectSamePool;
 using testing::HostPool;
 using testing::MakeAppendBatch;
 using testing::MakeArgs;
 using testing::MakeInputs;
+using testing::SmallGeometry;
 
 void EmulateRows(const cuda::AppendParams& p, ActDtype act, unsigned int grid) {
   switch (act) {
@@ -38,18 +42,6 @@ void EmulateRows(const cuda::AppendParams& p, ActDtype act, unsigned int grid) {
     case ActDtype::kFP16:
       EmulateGrid(&cuda::AppendRowsKernel<Fp16>, p, grid, 1, cuda::kThreads, true);
       break;
-  }
-}
-
-void ExpectSamePool(const HostPool& actual, const HostPool& expected) {
-  for (int c = 0; c < kNumKvComponents; ++c) {
-    const auto& x = actual.storage[c];
-    const auto& y = expected.storage[c];
-    ASSERT_EQ(x.size(), y.size());
-    const auto diff = std::mismatch(x.begin(), x.end(), y.begin());
-    EXPECT_TRUE(diff.first == x.end())
-        << "component " << KvComponentName(static_cast<KvComponent>(c)) << " differs at byte "
-        << (diff.first - x.begin());
   }
 }
 
@@ -98,23 +90,6 @@ void RunCase(const Case& c) {
   ExpectSamePool(emulated, expected);
 }
 
-KvPoolGeometry Geometry(KvDtype dtype, KvLayout layout, int heads, int tpb, int head_dim) {
-  KvPoolGeometry g;
-  g.dtype = dtype;
-  g.layout = layout;
-  g.num_layers = 2;
-  g.kv_factor = 2;
-  g.num_kv_heads = heads;
-  g.tokens_per_block = tpb;
-  g.head_dim = head_dim;
-  return g;
-}
-
-std::string Name(KvDtype d, KvLayout l, ActDtype a) {
-  return std::string(KvDtypeName(d)) + " " + std::string(KvLayoutName(l)) + " " +
-         std::string(ActDtypeName(a));
-}
-
 TEST(AppendKvEmulation, EveryFormatLayoutAndInput) {
   for (int di = 0; di < kNumKvDtypes; ++di) {
     for (KvLayout l : {KvLayout::kHND, KvLayout::kNHD}) {
@@ -122,9 +97,9 @@ TEST(AppendKvEmulation, EveryFormatLayoutAndInput) {
         for (bool padded : {false, true}) {
           if (padded && a != ActDtype::kFP16) continue;  // one padded input type is enough here
           const auto d = static_cast<KvDtype>(di);
-          SCOPED_TRACE(Name(d, l, a) + (padded ? " padded" : " dense"));
+          SCOPED_TRACE(CaseName(d, l, a) + (padded ? " padded" : " dense"));
           Case c;
-          c.g = Geometry(d, l, 3, 16, 32);
+          c.g = SmallGeometry(d, l, 3, 16, 32);
           c.act = a;
           c.padded = padded;
           c.layer = 1;
@@ -140,9 +115,9 @@ TEST(AppendKvEmulation, HeadDims64To256VectorPathAndTwoBlocks) {
     for (int di = 0; di < kNumKvDtypes; ++di) {
       for (KvLayout l : {KvLayout::kHND, KvLayout::kNHD}) {
         const auto d = static_cast<KvDtype>(di);
-        SCOPED_TRACE(Name(d, l, ActDtype::kBF16) + " head_dim " + std::to_string(head_dim));
+        SCOPED_TRACE(CaseName(d, l, ActDtype::kBF16) + " head_dim " + std::to_string(head_dim));
         Case c;
-        c.g = Geometry(d, l, 4, 16, head_dim);
+        c.g = SmallGeometry(d, l, 4, 16, head_dim);
         c.tokens = {3, 20};  // small: the emulation is slow under sanitizers; the GPU test has more
         c.starts = {15, 30};
         c.grid = 2;
@@ -156,9 +131,9 @@ TEST(AppendKvEmulation, MlaLatent576) {
   for (int di = 0; di < kNumKvDtypes; ++di) {
     for (KvLayout l : {KvLayout::kHND, KvLayout::kNHD}) {
       const auto d = static_cast<KvDtype>(di);
-      SCOPED_TRACE(Name(d, l, ActDtype::kFP32));
+      SCOPED_TRACE(CaseName(d, l, ActDtype::kFP32));
       Case c;
-      c.g = Geometry(d, l, 1, 16, 576);
+      c.g = SmallGeometry(d, l, 1, 16, 576);
       c.g.kv_factor = 1;
       c.act = ActDtype::kFP32;
       RunCase(c);
@@ -170,10 +145,10 @@ TEST(AppendKvEmulation, OddSizesAndMisalignedInputs) {
   for (int head_dim : {7, 24, 40}) {
     for (KvDtype d :
          {KvDtype::kBF16, KvDtype::kFP16, KvDtype::kFP8, KvDtype::kFP8PerTensor, KvDtype::kINT8}) {
-      SCOPED_TRACE(Name(d, KvLayout::kNHD, ActDtype::kFP16) + " head_dim " +
+      SCOPED_TRACE(CaseName(d, KvLayout::kNHD, ActDtype::kFP16) + " head_dim " +
                    std::to_string(head_dim));
       Case c;
-      c.g = Geometry(d, KvLayout::kNHD, 2, 4, head_dim);
+      c.g = SmallGeometry(d, KvLayout::kNHD, 2, 4, head_dim);
       c.act = ActDtype::kFP16;
       RunCase(c);
     }
@@ -181,9 +156,10 @@ TEST(AppendKvEmulation, OddSizesAndMisalignedInputs) {
   for (int di = 0; di < kNumKvDtypes; ++di) {
     for (int shift : {2, 8}) {
       const auto d = static_cast<KvDtype>(di);
-      SCOPED_TRACE(Name(d, KvLayout::kHND, ActDtype::kBF16) + " shift " + std::to_string(shift));
+      SCOPED_TRACE(CaseName(d, KvLayout::kHND, ActDtype::kBF16) + " shift " +
+                   std::to_string(shift));
       Case c;
-      c.g = Geometry(d, KvLayout::kHND, 2, 16, 128);
+      c.g = SmallGeometry(d, KvLayout::kHND, 2, 16, 128);
       c.shift = shift;
       RunCase(c);
     }
@@ -192,7 +168,7 @@ TEST(AppendKvEmulation, OddSizesAndMisalignedInputs) {
 
 TEST(AppendKvEmulation, VectorPathIsChosenOnlyWhenAligned) {
   const KvPoolLayout layout =
-      MakeKvPoolLayout(Geometry(KvDtype::kFP8, KvLayout::kHND, 8, 16, 128)).value();
+      MakeKvPoolLayout(SmallGeometry(KvDtype::kFP8, KvLayout::kHND, 8, 16, 128)).value();
   alignas(16) static std::uint8_t buffer[64];
   AppendKvArgs a;
   a.pool.layout = layout;
@@ -217,7 +193,7 @@ TEST(AppendKvEmulation, IndexerFp8AndFp4) {
     for (int quant_block : {64, 128}) {
       SCOPED_TRACE(std::string(fp4 ? "fp4" : "fp8") + " quant block " +
                    std::to_string(quant_block));
-      KvPoolGeometry g = Geometry(KvDtype::kFP8, KvLayout::kHND, 1, 16, 576);
+      KvPoolGeometry g = SmallGeometry(KvDtype::kFP8, KvLayout::kHND, 1, 16, 576);
       g.kv_factor = 1;
       g.index_layers = 2;
       g.index_head_dim = 256;
@@ -253,7 +229,7 @@ TEST(AppendKvEmulation, IndexerFp8AndFp4) {
 
 TEST(AppendKvEmulation, OutOfRangeRowsAreSkipped) {
   const KvPoolLayout layout =
-      MakeKvPoolLayout(Geometry(KvDtype::kFP8, KvLayout::kHND, 2, 16, 64)).value();
+      MakeKvPoolLayout(SmallGeometry(KvDtype::kFP8, KvLayout::kHND, 2, 16, 64)).value();
   AppendBatch b = MakeAppendBatch({9, 8, 3, 4}, {20, 2, 0, 0}, 16, 8, 9);
   b.block_table[1 * b.max_blocks_per_seq + 0] = 9;  // beyond the 8 blocks the view declares
   b.block_table[2 * b.max_blocks_per_seq + 0] = 1 << 20;

@@ -14,12 +14,14 @@
 #include "kernels/append_kv_cuda.h"
 #include "tests/kernels/append_kv_test_util.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace kvmesh {
 namespace {
 
 using testing::AppendBatch;
 using testing::AppendInputs;
+using testing::CaseName;
 using testing::CopyFromBuffer;
 using testing::CopyToBuffer;
 using testing::CudaBuffer;
@@ -31,6 +33,7 @@ using testing::HostPool;
 using testing::MakeAppendBatch;
 using testing::MakeArgs;
 using testing::MakeInputs;
+using testing::SmallGeometry;
 
 struct Case {
   KvPoolGeometry g;
@@ -76,23 +79,6 @@ void RunCase(const Case& c) {
   ExpectSameComponents(device, host);
 }
 
-KvPoolGeometry Geometry(KvDtype dtype, KvLayout layout, int heads, int tpb, int head_dim) {
-  KvPoolGeometry g;
-  g.dtype = dtype;
-  g.layout = layout;
-  g.num_layers = 2;
-  g.kv_factor = 2;
-  g.num_kv_heads = heads;
-  g.tokens_per_block = tpb;
-  g.head_dim = head_dim;
-  return g;
-}
-
-std::string Name(KvDtype d, KvLayout l, ActDtype a) {
-  return std::string(KvDtypeName(d)) + " " + std::string(KvLayoutName(l)) + " " +
-         std::string(ActDtypeName(a));
-}
-
 TEST(AppendKvGpu, EveryFormatLayoutAndInput) {
   KVMESH_SKIP_WITHOUT_CUDA_DEVICE();
   for (int di = 0; di < kNumKvDtypes; ++di) {
@@ -100,9 +86,9 @@ TEST(AppendKvGpu, EveryFormatLayoutAndInput) {
       for (ActDtype a : {ActDtype::kFP32, ActDtype::kBF16, ActDtype::kFP16}) {
         for (bool padded : {false, true}) {
           const auto d = static_cast<KvDtype>(di);
-          SCOPED_TRACE(Name(d, l, a) + (padded ? " padded" : " dense"));
+          SCOPED_TRACE(CaseName(d, l, a) + (padded ? " padded" : " dense"));
           Case c;
-          c.g = Geometry(d, l, 3, 16, 32);
+          c.g = SmallGeometry(d, l, 3, 16, 32);
           c.act = a;
           c.padded = padded;
           c.layer = 1;
@@ -119,9 +105,9 @@ TEST(AppendKvGpu, HeadDims64To256VectorPath) {
     for (int di = 0; di < kNumKvDtypes; ++di) {
       for (KvLayout l : {KvLayout::kHND, KvLayout::kNHD}) {
         const auto d = static_cast<KvDtype>(di);
-        SCOPED_TRACE(Name(d, l, ActDtype::kBF16) + " head_dim " + std::to_string(head_dim));
+        SCOPED_TRACE(CaseName(d, l, ActDtype::kBF16) + " head_dim " + std::to_string(head_dim));
         Case c;
-        c.g = Geometry(d, l, 8, 64, head_dim);
+        c.g = SmallGeometry(d, l, 8, 64, head_dim);
         c.tokens = {1, 3, 7, 17, 65, 300};
         c.starts = {0, 63, 5, 64, 30, 1};
         RunCase(c);
@@ -136,9 +122,9 @@ TEST(AppendKvGpu, MlaLatent576) {
     for (KvLayout l : {KvLayout::kHND, KvLayout::kNHD}) {
       for (ActDtype a : {ActDtype::kFP32, ActDtype::kBF16}) {
         const auto d = static_cast<KvDtype>(di);
-        SCOPED_TRACE(Name(d, l, a));
+        SCOPED_TRACE(CaseName(d, l, a));
         Case c;
-        c.g = Geometry(d, l, 1, 64, 576);
+        c.g = SmallGeometry(d, l, 1, 64, 576);
         c.g.kv_factor = 1;
         c.act = a;
         RunCase(c);
@@ -154,10 +140,10 @@ TEST(AppendKvGpu, OddSizesAndMisalignedInputs) {
   for (int head_dim : {7, 24, 40}) {
     for (KvDtype d :
          {KvDtype::kBF16, KvDtype::kFP16, KvDtype::kFP8, KvDtype::kFP8PerTensor, KvDtype::kINT8}) {
-      SCOPED_TRACE(Name(d, KvLayout::kNHD, ActDtype::kFP16) + " head_dim " +
+      SCOPED_TRACE(CaseName(d, KvLayout::kNHD, ActDtype::kFP16) + " head_dim " +
                    std::to_string(head_dim));
       Case c;
-      c.g = Geometry(d, KvLayout::kNHD, 2, 4, head_dim);
+      c.g = SmallGeometry(d, KvLayout::kNHD, 2, 4, head_dim);
       c.act = ActDtype::kFP16;
       RunCase(c);
     }
@@ -165,9 +151,10 @@ TEST(AppendKvGpu, OddSizesAndMisalignedInputs) {
   for (int di = 0; di < kNumKvDtypes; ++di) {
     for (int shift : {2, 4, 8}) {
       const auto d = static_cast<KvDtype>(di);
-      SCOPED_TRACE(Name(d, KvLayout::kHND, ActDtype::kBF16) + " shift " + std::to_string(shift));
+      SCOPED_TRACE(CaseName(d, KvLayout::kHND, ActDtype::kBF16) + " shift " +
+                   std::to_string(shift));
       Case c;
-      c.g = Geometry(d, KvLayout::kHND, 4, 16, 128);
+      c.g = SmallGeometry(d, KvLayout::kHND, 4, 16, 128);
       c.shift = shift;
       RunCase(c);
     }
@@ -178,7 +165,7 @@ TEST(AppendKvGpu, UnknownTokenCount) {
   KVMESH_SKIP_WITHOUT_CUDA_DEVICE();
   for (KvDtype d : {KvDtype::kFP8, KvDtype::kNVFP4}) {
     Case c;
-    c.g = Geometry(d, KvLayout::kNHD, 8, 32, 128);
+    c.g = SmallGeometry(d, KvLayout::kNHD, 8, 32, 128);
     c.unknown_total = true;
     c.tokens = {5, 2000, 1};
     c.starts = {3, 0, 31};
@@ -193,7 +180,7 @@ TEST(AppendKvGpu, IndexerFp8AndFp4) {
       for (ActDtype act : {ActDtype::kFP32, ActDtype::kBF16}) {
         SCOPED_TRACE(std::string(fp4 ? "fp4" : "fp8") + " quant block " +
                      std::to_string(quant_block) + " " + std::string(ActDtypeName(act)));
-        KvPoolGeometry g = Geometry(KvDtype::kFP8, KvLayout::kHND, 1, 16, 576);
+        KvPoolGeometry g = SmallGeometry(KvDtype::kFP8, KvLayout::kHND, 1, 16, 576);
         g.kv_factor = 1;
         g.index_layers = 2;
         g.index_head_dim = 256;
@@ -242,7 +229,7 @@ TEST(AppendKvGpu, IndexerFp8AndFp4) {
 TEST(AppendKvGpu, OutOfRangeRowsAreSkipped) {
   KVMESH_SKIP_WITHOUT_CUDA_DEVICE();
   const KvPoolLayout layout =
-      MakeKvPoolLayout(Geometry(KvDtype::kFP8, KvLayout::kHND, 2, 16, 64)).value();
+      MakeKvPoolLayout(SmallGeometry(KvDtype::kFP8, KvLayout::kHND, 2, 16, 64)).value();
   // Sequence 0 is fine; sequence 1 (positions 2..9 of its one block) names block 9 of an 8-block
   // pool (inside the allocation: the guard below would see a write); sequence 2 names block
   // 1 << 20; sequence 3 starts at a negative position.

@@ -20,6 +20,7 @@
 #include "kernels/index_k_quantize.h"
 #include "kernels/quantize.h"
 #include "tests/kernels/append_kv_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace kvmesh {
 namespace {
@@ -27,6 +28,7 @@ namespace {
 using testing::AppendBatch;
 using testing::AppendInputs;
 using testing::EncodeActivations;
+using testing::ExpectSamePool;
 using testing::HostPool;
 using testing::MakeAppendBatch;
 using testing::MakeArgs;
@@ -108,22 +110,6 @@ void PlaceExpected(const AppendKvArgs& a, const AppendBatch& b) {
     case ActDtype::kFP32: PlaceAllRows<float>(a, b); break;
     case ActDtype::kBF16: PlaceAllRows<Bf16>(a, b); break;
     case ActDtype::kFP16: PlaceAllRows<Fp16>(a, b); break;
-  }
-}
-
-// First differing byte of each component, as a readable failure.
-void ExpectSamePool(const HostPool& actual, const HostPool& expected) {
-  for (int c = 0; c < kNumKvComponents; ++c) {
-    const auto& x = actual.storage[c];
-    const auto& y = expected.storage[c];
-    ASSERT_EQ(x.size(), y.size());
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      if (x[i] != y[i]) {
-        ADD_FAILURE() << "component " << KvComponentName(static_cast<KvComponent>(c)) << " byte "
-                      << i << ": got 0x" << std::hex << int{x[i]} << ", expected 0x" << int{y[i]};
-        break;
-      }
-    }
   }
 }
 

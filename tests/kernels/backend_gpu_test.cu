@@ -11,6 +11,7 @@
 #include "kernels/backend.h"
 #include "tests/kernels/append_kv_test_util.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace kvmesh {
 namespace {
@@ -24,18 +25,7 @@ using testing::HostPool;
 using testing::MakeAppendBatch;
 using testing::MakeArgs;
 using testing::MakeInputs;
-
-KvPoolGeometry Geometry(KvDtype dtype, KvLayout layout, int heads, int tpb, int head_dim) {
-  KvPoolGeometry g;
-  g.dtype = dtype;
-  g.layout = layout;
-  g.num_layers = 2;
-  g.kv_factor = 2;
-  g.num_kv_heads = heads;
-  g.tokens_per_block = tpb;
-  g.head_dim = head_dim;
-  return g;
-}
+using testing::SmallGeometry;
 
 TEST(CudaBackendGpu, RunsAppendAndCopyLikeTheCpuTwins) {
   KVMESH_SKIP_WITHOUT_CUDA_DEVICE();
@@ -45,7 +35,7 @@ TEST(CudaBackendGpu, RunsAppendAndCopyLikeTheCpuTwins) {
   EXPECT_EQ(cuda.kind(), BackendKind::kCuda);
 
   const KvPoolLayout layout =
-      MakeKvPoolLayout(Geometry(KvDtype::kNVFP4, KvLayout::kNHD, 4, 16, 64)).value();
+      MakeKvPoolLayout(SmallGeometry(KvDtype::kNVFP4, KvLayout::kNHD, 4, 16, 64)).value();
   const AppendBatch b = MakeAppendBatch({20, 5}, {3, 0}, 16, 10, 12);
   HostPool host(layout, 10, 100.0f, 13);
   CudaPool device(host.view);

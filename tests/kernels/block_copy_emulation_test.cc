@@ -14,12 +14,15 @@
 // The device code, compiled as C++ against the shims above.
 #include "kernels/cuda/block_copy.cuh"
 #include "tests/kernels/append_kv_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace kvmesh {
 namespace {
 
 using testing::EmulateGrid;
+using testing::ExpectSamePool;
 using testing::HostPool;
+using testing::RandomPairs;
 
 // The launcher of block_copy.cu with the kernel emulated.
 Status EmulateBlockCopy(const BlockCopyArgs& args) {
@@ -36,31 +39,6 @@ Status EmulateBlockCopy(const BlockCopyArgs& args) {
                 false);
   }
   return Status::Ok();
-}
-
-std::vector<BlockCopyPair> RandomPairs(std::int64_t count, std::int64_t src_blocks,
-                                       std::int64_t dst_blocks, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::int64_t> src(src_blocks), dst(dst_blocks);
-  std::iota(src.begin(), src.end(), 0);
-  std::iota(dst.begin(), dst.end(), 0);
-  std::shuffle(src.begin(), src.end(), rng);
-  std::shuffle(dst.begin(), dst.end(), rng);
-  std::vector<BlockCopyPair> pairs;
-  for (std::int64_t i = 0; i < count; ++i) pairs.push_back({src[i % src_blocks], dst[i]});
-  return pairs;
-}
-
-void ExpectSameDestination(const HostPool& actual, const HostPool& expected) {
-  for (int c = 0; c < kNumKvComponents; ++c) {
-    const auto& x = actual.storage[c];
-    const auto& y = expected.storage[c];
-    ASSERT_EQ(x.size(), y.size());
-    const auto diff = std::mismatch(x.begin(), x.end(), y.begin());
-    EXPECT_TRUE(diff.first == x.end())
-        << "component " << KvComponentName(static_cast<KvComponent>(c)) << " differs at byte "
-        << (diff.first - x.begin());
-  }
 }
 
 struct CopyCase {
@@ -88,7 +66,7 @@ void RunCopy(const CopyCase& c) {
   ASSERT_TRUE(cpu::BlockCopy(a, nullptr).ok());
   a.dst = emulated.view;
   ASSERT_TRUE(EmulateBlockCopy(a).ok());
-  ExpectSameDestination(emulated, expected);
+  ExpectSamePool(emulated, expected);
 }
 
 KvPoolGeometry Gqa(KvDtype dtype, int head_dim) {

@@ -17,6 +17,7 @@
 #include "kernels/block_copy_cuda.h"
 #include "tests/kernels/append_kv_test_util.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace kvmesh {
 namespace {
@@ -25,20 +26,7 @@ using testing::CudaBuffer;
 using testing::CudaPool;
 using testing::FirstDifferentByte;
 using testing::HostPool;
-
-// `count` pairs: distinct random source blocks of `src_blocks` and distinct destinations.
-std::vector<BlockCopyPair> RandomPairs(std::int64_t count, std::int64_t src_blocks,
-                                       std::int64_t dst_blocks, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::int64_t> src(src_blocks), dst(dst_blocks);
-  std::iota(src.begin(), src.end(), 0);
-  std::iota(dst.begin(), dst.end(), 0);
-  std::shuffle(src.begin(), src.end(), rng);
-  std::shuffle(dst.begin(), dst.end(), rng);
-  std::vector<BlockCopyPair> pairs;
-  for (std::int64_t i = 0; i < count; ++i) pairs.push_back({src[i % src_blocks], dst[i]});
-  return pairs;
-}
+using testing::RandomPairs;
 
 struct CopyCase {
   KvPoolGeometry g;
