@@ -48,6 +48,8 @@ struct PoolKey {
   std::int32_t window = 0;  // 0 = full attention
   std::int32_t num_kv_heads = 0;
   std::int32_t head_dim = 0;
+  // clang-tidy 14 reads the defaulted <=> as a comparison with literal 0.
+  // NOLINTNEXTLINE(modernize-use-nullptr)
   friend auto operator<=>(const PoolKey&, const PoolKey&) = default;
 };
 // "full/8x128" (full attention, 8 KV heads of 128), "sliding-1024/16x128".

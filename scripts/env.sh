@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts: common settings.
 # nvcc is used when found; the toolkit's usual home is added to PATH if nvcc is not already there.
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
