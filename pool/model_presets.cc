@@ -8,10 +8,12 @@
 namespace kvmesh {
 namespace {
 
-constexpr std::array<ModelPresetInfo, 10> kPresets = {{
+constexpr std::array<ModelPresetInfo, 12> kPresets = {{
     {"llama-3-8b", "meta-llama/Meta-Llama-3-8B", "32 layers, 32 q / 8 kv heads, head_dim 128"},
     {"llama-3-70b", "meta-llama/Meta-Llama-3-70B", "80 layers, 64 q / 8 kv heads, head_dim 128"},
+    {"llama-3.2-1b", "meta-llama/Llama-3.2-1B", "16 layers, 32 q / 8 kv heads, head_dim 64"},
     {"mistral-7b", "mistralai/Mistral-7B-v0.3", "32 layers, 32 q / 8 kv heads, head_dim 128"},
+    {"qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B", "24 layers, 14 q / 2 kv heads, head_dim 64"},
     {"qwen3-8b", "Qwen/Qwen3-8B", "36 layers, 32 q / 8 kv heads, head_dim 128"},
     {"gemma-2-9b", "google/gemma-2-9b",
      "42 layers, 16 q / 8 kv heads, head_dim 256, window 4096 on even layers"},
@@ -45,6 +47,9 @@ ModelSpec DeepSeekV3(std::string name, std::string family) {
 ModelSpec Build(std::string_view preset, std::string hf_id) {
   if (preset == "llama-3-8b") return UniformModelSpec(std::move(hf_id), "llama", 32, 32, 8, 128);
   if (preset == "llama-3-70b") return UniformModelSpec(std::move(hf_id), "llama", 80, 64, 8, 128);
+  if (preset == "llama-3.2-1b") return UniformModelSpec(std::move(hf_id), "llama", 16, 32, 8, 64);
+  // Qwen2.5-0.5B: hidden 896 / 14 heads = head_dim 64; use_sliding_window is false.
+  if (preset == "qwen2.5-0.5b") return UniformModelSpec(std::move(hf_id), "qwen2", 24, 14, 2, 64);
   if (preset == "mistral-7b") return UniformModelSpec(std::move(hf_id), "mistral", 32, 32, 8, 128);
   if (preset == "qwen3-8b") return UniformModelSpec(std::move(hf_id), "qwen3", 36, 32, 8, 128);
   if (preset == "gemma-2-9b") {

@@ -109,6 +109,20 @@ TEST(ModelPresetsTest, LlamaNumbers) {
   EXPECT_EQ(m70.layers[79], (LayerSpec{0, 8, 128}));
 }
 
+TEST(ModelPresetsTest, SmallModelsNumbers) {
+  // Qwen2.5-0.5B: 24 layers, 14 heads of 896/14 = 64, 2 KV heads: 12 KiB of bf16 KV per token.
+  const ModelSpec q = *ModelPreset("qwen2.5-0.5b");
+  EXPECT_EQ(q.num_layers(), 24);
+  EXPECT_EQ(q.num_attention_heads, 14);
+  EXPECT_EQ(CountWindow(q, 0), 24);
+  EXPECT_EQ(q.layers[23], (LayerSpec{0, 2, 64}));
+  // Llama-3.2-1B: 16 layers, 32 heads of 2048/32 = 64, 8 KV heads.
+  const ModelSpec l = *ModelPreset("llama-3.2-1b");
+  EXPECT_EQ(l.num_layers(), 16);
+  EXPECT_EQ(l.num_attention_heads, 32);
+  EXPECT_EQ(l.layers[0], (LayerSpec{0, 8, 64}));
+}
+
 TEST(ModelPresetsTest, GemmaThreeEverySixthLayerGlobal) {
   const ModelSpec m = *ModelPreset("gemma-3-27b");
   EXPECT_EQ(m.num_layers(), 62);

@@ -1,0 +1,155 @@
+// NodeConfig: everything a kvnode is configured with, and its YAML form (`kvnode --config FILE`).
+//
+// The YAML keys use the names inference engines already use where one exists (TensorRT-LLM's
+// KvCacheConfig: tokens_per_block, free_gpu_memory_fraction, max_tokens, enable_block_reuse,
+// host_cache_size, secondary_offload_min_priority, event_buffer_max_size; vLLM's
+// tensor_parallel_size). configs/kvnode.yaml is the documented example: every key, its default and
+// what it means; `kvnode --print-default-config` prints the same text (DefaultNodeConfigYaml()),
+// and a test checks that the two agree and that the text parses to NodeConfig{}.
+//
+// Top-level sections (see configs/kvnode.yaml for every key):
+//   node_id, data_dir, device, tensor_parallel_size
+//   model        preset | hf_config, revision
+//   kv_cache     dtype, kv_layout, tokens_per_block, free_gpu_memory_fraction, max_tokens,
+//                pool_shares, enable_block_reuse, enable_partial_reuse, eviction_policy,
+//                host_cache_size, secondary_offload_min_priority, event_buffer_max_size,
+//                copy_threads, nvfp4_global_scale, nvfp4_expected_amax, fp8_per_tensor_scale
+//   disk_tier    enabled, path, capacity
+//   control      unix_socket, tcp_listen, secret, secret_env, secret_file, max_frame_size,
+//                handshake_timeout, idle_timeout, request_timeout, max_connections,
+//                max_inflight_per_connection, max_inflight_total, io_threads, worker_threads
+//   shutdown     drain_timeout, flush_to_disk
+//   logging      level, format
+//
+// Errors (ParseNodeConfig / LoadNodeConfig): kInvalidArgument whose message names the source, the
+// key as a dotted path and its line, e.g.
+//   "kvnode.yaml:12: kv_cache.tokens_per_block: 48 is not a power of two greater than 1"
+//   "kvnode.yaml:3: unknown key 'tokens_per_blok' in kv_cache (did you mean tokens_per_block?)"
+// An unknown key, a wrong type, a bad value or a duplicate key is an error; nothing is guessed.
+// Relative paths (data_dir, disk_tier.path, control.unix_socket, model.hf_config, secret_file)
+// are resolved against the directory of the config file (the current directory for text that did
+// not come from a file).
+//
+// A plain value; thread-safe as values are.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "pool/cache_config.h"
+#include "pool/eviction_policy.h"
+
+namespace kvmesh {
+
+// Where the primary pools live.
+struct DeviceSelection {
+  enum class Kind : std::uint8_t {
+    kAuto = 0,  // the first CUDA device when kvmesh has CUDA and a device is present, else cpu
+    kCpu = 1,   // host memory, the CPU backend
+    kCuda = 2,  // CUDA device `index` (and index + 1 .. index + tensor_parallel_size - 1)
+  };
+  Kind kind = Kind::kAuto;
+  std::int32_t index = 0;  // kCuda only
+
+  // "auto", "cpu", "cuda:0".
+  [[nodiscard]] std::string ToString() const;
+  friend bool operator==(const DeviceSelection&, const DeviceSelection&) = default;
+};
+// Accepts "auto", "cpu", "cuda" (= cuda:0) and "cuda:N"; kInvalidArgument otherwise.
+Result<DeviceSelection> ParseDeviceSelection(std::string_view text);
+
+struct ModelSelection {
+  std::string preset = "qwen2.5-0.5b";  // a name of pool/model_presets.h, or empty with hf_config
+  std::string hf_config;                // path to a Hugging Face config.json (instead of preset)
+  std::string revision;                 // model revision, part of every block's namespace
+  friend bool operator==(const ModelSelection&, const ModelSelection&) = default;
+};
+
+struct KvCacheSection {
+  // dtype, kv_layout, tokens_per_block, free_gpu_memory_fraction, max_tokens, pool_shares,
+  // nvfp4_global_scale, nvfp4_expected_amax, fp8_per_tensor_scale. Its host_budget_bytes is
+  // host_cache_size below; its disk_budget_bytes is disk_tier.capacity (0 when disabled).
+  CacheConfig cache;
+  bool enable_block_reuse = true;    // false: no prefix reuse at all (every Admit is a miss)
+  bool enable_partial_reuse = true;  // copy or claim partly matching blocks
+  EvictionPolicyKind eviction_policy = EvictionPolicyKind::kPriorityLru;
+  std::int64_t host_cache_size = 1ll << 30;  // bytes of the pinned host tier; 0 = none
+  int secondary_offload_min_priority = 35;   // blocks below it are not offloaded (0..101)
+  std::int64_t event_buffer_max_size = 1 << 16;  // KV events kept for polling (> 0)
+  int copy_threads = 2;                          // offload/onboard copy workers (>= 1)
+  friend bool operator==(const KvCacheSection&, const KvCacheSection&) = default;
+};
+
+struct DiskTierSection {
+  bool enabled = true;
+  std::string path;                      // empty: <data_dir>/rocksdb
+  std::int64_t capacity = 10ll << 30;    // bytes (> 0 when enabled)
+  friend bool operator==(const DiskTierSection&, const DiskTierSection&) = default;
+};
+
+struct ControlSection {
+  std::string unix_socket;                 // empty: <data_dir>/kvnode.sock
+  std::string tcp_listen = "127.0.0.1:7420";  // host:port; empty: no TCP listener; port 0: any
+  // The shared secret, from exactly one of: secret (inline), secret_env (an environment
+  // variable's name), secret_file (a file's path; its content with the trailing newline removed).
+  // None given: the environment variable KVMESH_SECRET. A secret shorter than 16 bytes is refused.
+  std::string secret;
+  std::string secret_env;
+  std::string secret_file;
+  std::int64_t max_frame_size = 4ll << 20;  // bytes of one frame after authentication
+  std::chrono::milliseconds handshake_timeout{5000};
+  std::chrono::milliseconds idle_timeout{300000};  // a connection silent this long is closed
+  std::chrono::milliseconds request_timeout{30000};  // default deadline of a request
+  std::int32_t max_connections = 256;
+  std::int32_t max_inflight_per_connection = 64;
+  std::int32_t max_inflight_total = 1024;
+  std::int32_t io_threads = 2;
+  std::int32_t worker_threads = 4;
+  friend bool operator==(const ControlSection&, const ControlSection&) = default;
+};
+
+struct ShutdownSection {
+  std::chrono::milliseconds drain_timeout{10000};  // in-flight work after SIGTERM/SIGINT
+  bool flush_to_disk = true;  // write cached pool and host-tier blocks to the disk tier at exit
+  friend bool operator==(const ShutdownSection&, const ShutdownSection&) = default;
+};
+
+struct LoggingSection {
+  std::string level = "info";  // trace, debug, info, warn, error, off
+  std::string format = "text";  // text, json (one JSON object per line)
+  friend bool operator==(const LoggingSection&, const LoggingSection&) = default;
+};
+
+struct NodeConfig {
+  std::string node_id;                  // empty: the host name
+  std::string data_dir = ".kvmesh/node";  // the node's folder (lock file, socket, RocksDB)
+  DeviceSelection device;
+  std::int32_t tensor_parallel_size = 1;  // ranks sharing each block by KV heads (see node.h)
+  ModelSelection model;
+  KvCacheSection kv_cache;
+  DiskTierSection disk_tier;
+  ControlSection control;
+  ShutdownSection shutdown;
+  LoggingSection logging;
+
+  // Cross-field checks that the parser cannot do key by key (e.g. one secret source at most,
+  // kv_cache values through CacheConfig::Validate); kInvalidArgument naming the keys.
+  [[nodiscard]] Status Validate() const;
+  friend bool operator==(const NodeConfig&, const NodeConfig&) = default;
+};
+
+// Parses YAML text; `source` names it in errors ("kvnode.yaml"); relative paths are resolved
+// against `base_dir` (empty: left relative). Keys absent from the text keep their defaults.
+Result<NodeConfig> ParseNodeConfig(std::string_view yaml_text, std::string_view source,
+                                   const std::string& base_dir = "");
+// Reads and parses a file (kNotFound / kIoError when it cannot be read).
+Result<NodeConfig> LoadNodeConfig(const std::string& path);
+// The documented default configuration (configs/kvnode.yaml's text).
+std::string_view DefaultNodeConfigYaml();
+
+}  // namespace kvmesh
