@@ -41,6 +41,8 @@ else()
   find_package(RocksDB REQUIRED CONFIG)
   find_path(KVMESH_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
   find_library(KVMESH_XXHASH_LIBRARY xxhash REQUIRED)
+  # node/: the kvnode configuration (YAML); imported target yaml-cpp (Debian 0.7 has no namespace).
+  find_package(yaml-cpp REQUIRED CONFIG)
   if(KVMESH_BUILD_BENCH)
     find_package(benchmark REQUIRED CONFIG)
   endif()

@@ -28,7 +28,9 @@
 // An unknown key, a wrong type, a bad value or a duplicate key is an error; nothing is guessed.
 // Relative paths (data_dir, disk_tier.path, control.unix_socket, model.hf_config, secret_file)
 // are resolved against the directory of the config file (the current directory for text that did
-// not come from a file).
+// not come from a file), defaults included: a file that leaves a key out means what the same file
+// with the key at its default would mean. Writing model.hf_config without model.preset clears the
+// default preset.
 //
 // A plain value; thread-safe as values are.
 #pragma once
@@ -72,28 +74,30 @@ struct ModelSelection {
 
 struct KvCacheSection {
   // dtype, kv_layout, tokens_per_block, free_gpu_memory_fraction, max_tokens, pool_shares,
-  // nvfp4_global_scale, nvfp4_expected_amax, fp8_per_tensor_scale. Its host_budget_bytes is
-  // host_cache_size below; its disk_budget_bytes is disk_tier.capacity (0 when disabled).
+  // nvfp4_global_scale, nvfp4_expected_amax, fp8_per_tensor_scale. Its host_budget_bytes and
+  // disk_budget_bytes are not keys and stay 0 here: NodeConfig::EffectiveCacheConfig() fills them
+  // from host_cache_size below and disk_tier.capacity (0 when disabled).
   CacheConfig cache;
   bool enable_block_reuse = true;    // false: no prefix reuse at all (every Admit is a miss)
   bool enable_partial_reuse = true;  // copy or claim partly matching blocks
   EvictionPolicyKind eviction_policy = EvictionPolicyKind::kPriorityLru;
-  std::int64_t host_cache_size = 1ll << 30;  // bytes of the pinned host tier; 0 = none
-  int secondary_offload_min_priority = 35;   // blocks below it are not offloaded (0..101)
+  std::int64_t host_cache_size = 1ll << 30;      // bytes of the pinned host tier; 0 = none
+  int secondary_offload_min_priority = 35;       // blocks below it are not offloaded (0..101)
   std::int64_t event_buffer_max_size = 1 << 16;  // KV events kept for polling (> 0)
   int copy_threads = 2;                          // offload/onboard copy workers (>= 1)
-  friend bool operator==(const KvCacheSection&, const KvCacheSection&) = default;
+  // Not defaulted: CacheConfig has no operator== (node_config.cc compares its fields).
+  friend bool operator==(const KvCacheSection&, const KvCacheSection&);
 };
 
 struct DiskTierSection {
   bool enabled = true;
-  std::string path;                      // empty: <data_dir>/rocksdb
-  std::int64_t capacity = 10ll << 30;    // bytes (> 0 when enabled)
+  std::string path;                    // empty: <data_dir>/rocksdb
+  std::int64_t capacity = 10ll << 30;  // bytes (> 0 when enabled)
   friend bool operator==(const DiskTierSection&, const DiskTierSection&) = default;
 };
 
 struct ControlSection {
-  std::string unix_socket;                 // empty: <data_dir>/kvnode.sock
+  std::string unix_socket;                    // empty: <data_dir>/kvnode.sock
   std::string tcp_listen = "127.0.0.1:7420";  // host:port; empty: no TCP listener; port 0: any
   // The shared secret, from exactly one of: secret (inline), secret_env (an environment
   // variable's name), secret_file (a file's path; its content with the trailing newline removed).
@@ -103,7 +107,7 @@ struct ControlSection {
   std::string secret_file;
   std::int64_t max_frame_size = 4ll << 20;  // bytes of one frame after authentication
   std::chrono::milliseconds handshake_timeout{5000};
-  std::chrono::milliseconds idle_timeout{300000};  // a connection silent this long is closed
+  std::chrono::milliseconds idle_timeout{300000};    // a connection silent this long is closed
   std::chrono::milliseconds request_timeout{30000};  // default deadline of a request
   std::int32_t max_connections = 256;
   std::int32_t max_inflight_per_connection = 64;
@@ -120,13 +124,13 @@ struct ShutdownSection {
 };
 
 struct LoggingSection {
-  std::string level = "info";  // trace, debug, info, warn, error, off
+  std::string level = "info";   // trace, debug, info, warn, error, off
   std::string format = "text";  // text, json (one JSON object per line)
   friend bool operator==(const LoggingSection&, const LoggingSection&) = default;
 };
 
 struct NodeConfig {
-  std::string node_id;                  // empty: the host name
+  std::string node_id;                    // empty: the host name
   std::string data_dir = ".kvmesh/node";  // the node's folder (lock file, socket, RocksDB)
   DeviceSelection device;
   std::int32_t tensor_parallel_size = 1;  // ranks sharing each block by KV heads (see node.h)
@@ -140,6 +144,9 @@ struct NodeConfig {
   // Cross-field checks that the parser cannot do key by key (e.g. one secret source at most,
   // kv_cache values through CacheConfig::Validate); kInvalidArgument naming the keys.
   [[nodiscard]] Status Validate() const;
+  // kv_cache.cache with host_budget_bytes = kv_cache.host_cache_size and disk_budget_bytes =
+  // disk_tier.capacity (0 when the disk tier is disabled): what BuildPoolPlan and the tiers take.
+  [[nodiscard]] CacheConfig EffectiveCacheConfig() const;
   friend bool operator==(const NodeConfig&, const NodeConfig&) = default;
 };
 
