@@ -41,7 +41,10 @@ else()
   find_package(RocksDB REQUIRED CONFIG)
   find_path(KVMESH_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
   find_library(KVMESH_XXHASH_LIBRARY xxhash REQUIRED)
-  # node/: the kvnode configuration (YAML); imported target yaml-cpp (Debian 0.7 has no namespace).
+  # node/: the control plane's schema (protobuf), Boost.Asio, the YAML config (yaml-cpp; Debian's
+  # 0.7 has no namespace in its imported target).
+  find_package(Protobuf REQUIRED)
+  find_package(Boost 1.74 REQUIRED)
   find_package(yaml-cpp REQUIRED CONFIG)
   if(KVMESH_BUILD_BENCH)
     find_package(benchmark REQUIRED CONFIG)

@@ -20,6 +20,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kPeerUnreachable: return "peer_unreachable";
     case StatusCode::kInternal: return "internal";
+    case StatusCode::kPermissionDenied: return "permission_denied";
   }
   return "unknown";
 }

@@ -2,14 +2,20 @@
 //
 // A Status is either OK or carries a code and a message. Codes are grouped so that a caller can
 // decide what to do without parsing text:
-//   kInvalidArgument, kFailedPrecondition, kNotSupported  — the request is wrong: fail it, don't
-//   retry kNotFound, kAlreadyExists                              — a lookup outcome
-//   kResourceExhausted                                     — out of blocks/bytes: evict, wait or
-//   shed kCorruption                                            — data failed a check: treat as a
-//   miss kIoError, kCudaError                                   — the environment failed kTimedOut,
-//   kCancelled                                  — the operation did not finish kPeerUnreachable —
-//   drop or retry the peer kInternal                                              — a bug; the
-//   message says where
+// clang-format off
+//   kInvalidArgument, kFailedPrecondition, kNotSupported  — the request is wrong: fail it, don't retry
+//   kNotFound, kAlreadyExists                             — a lookup outcome
+//   kResourceExhausted                                    — out of blocks/bytes: evict, wait or shed
+//   kCorruption                                           — data failed a check: treat as a miss
+//   kIoError, kCudaError                                  — the environment failed
+//   kTimedOut, kCancelled                                 — the operation did not finish
+//   kPeerUnreachable                                      — drop or retry the peer
+//   kPermissionDenied                                     — authentication failed: fix the secret
+//   kInternal                                             — a bug; the message says where
+// clang-format on
+//
+// The numeric values are part of the control-plane protocol (node/proto/kvmesh_rpc.proto sends
+// them): new codes are only ever appended.
 //
 // Status is [[nodiscard]]: ignoring one is a compile warning (an error in CI). A deliberate ignore
 // is written as `status.IgnoreError();` so that a reader sees it.
@@ -40,6 +46,7 @@ enum class StatusCode : std::uint8_t {
   kCancelled,
   kPeerUnreachable,
   kInternal,
+  kPermissionDenied,
 };
 
 // Stable lower-case name of a code ("invalid_argument"), used in logs and in kvctl --json.
@@ -76,6 +83,9 @@ class [[nodiscard]] Status {
     return {StatusCode::kPeerUnreachable, std::move(msg)};
   }
   static Status Internal(std::string msg) { return {StatusCode::kInternal, std::move(msg)}; }
+  static Status PermissionDenied(std::string msg) {
+    return {StatusCode::kPermissionDenied, std::move(msg)};
+  }
 
   [[nodiscard]] bool ok() const { return code_ == StatusCode::kOk; }
   [[nodiscard]] StatusCode code() const { return code_; }

@@ -6,6 +6,7 @@
 // Mutex / MutexLock wrap std::mutex so the analysis can see acquisitions. Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -61,6 +62,16 @@ void AwaitCondition(std::condition_variable& cv, Mutex& mu, Pred pred) KVMESH_RE
   std::unique_lock<std::mutex> lock(mu.native(), std::adopt_lock);
   cv.wait(lock, pred);
   lock.release();  // still held; the MutexLock releases it
+}
+
+// As AwaitCondition, for at most `timeout`; returns pred() at the end.
+template <typename Rep, typename Period, typename Pred>
+bool AwaitConditionFor(std::condition_variable& cv, Mutex& mu,
+                       std::chrono::duration<Rep, Period> timeout, Pred pred) KVMESH_REQUIRES(mu) {
+  std::unique_lock<std::mutex> lock(mu.native(), std::adopt_lock);
+  const bool ok = cv.wait_for(lock, timeout, pred);
+  lock.release();
+  return ok;
 }
 
 }  // namespace kvmesh

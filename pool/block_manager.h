@@ -201,6 +201,11 @@ struct CachedBlockInfo {
   std::optional<TimePoint> priority_expiry;
 };
 
+struct CachedBlockPage {
+  std::vector<CachedBlockInfo> blocks;
+  std::uint64_t next_cursor = 0;  // 0: no more
+};
+
 class BlockManager final : private BlockPinOwner {
  public:
   static Result<std::unique_ptr<BlockManager>> Create(const BlockManagerConfig& config,
@@ -236,6 +241,12 @@ class BlockManager final : private BlockPinOwner {
   // Pins every block the sequence holds now; they outlive RemoveSequence until released.
   Result<PinnedBlocks> PinSequenceBlocks(RequestId request) KVMESH_EXCLUDES(mu_);
   Result<CachedBlockInfo> FindBlock(const ContentId& id) const KVMESH_EXCLUDES(mu_);
+  // A page of the cached blocks (tree nodes) in node-index order from `cursor` on (0: the first):
+  // at most `limit` (> 0) of them, and the cursor of the next page (0 once the listing is done).
+  // One page is one snapshot under the lock; across pages, nodes added or removed meanwhile may be
+  // missed, but none is listed twice. block_manager_list.cc.
+  CachedBlockPage ListCachedBlocks(std::uint64_t cursor, std::size_t limit) const
+      KVMESH_EXCLUDES(mu_);
   // Records a kTierChanged event (the tiers call this; the manager keeps no tier state).
   void ReportTierChange(PoolId pool, const ContentId& id, KvTier from, KvTier to)
       KVMESH_EXCLUDES(mu_);
@@ -299,6 +310,8 @@ class BlockManager final : private BlockPinOwner {
       KVMESH_REQUIRES(mu_);
   // block_manager_restore.cc: frees reserved blocks [from, count) and the parent's pins and root.
   void ReleaseRestore(RestoreReservation::State& st, std::int64_t from) KVMESH_REQUIRES(mu_);
+  // block_manager_list.cc: a cached node as FindBlock describes it.
+  CachedBlockInfo DescribeNode(NodeRef n) const KVMESH_REQUIRES(mu_);
   void AbandonRestore(RestoreReservation::State& st) KVMESH_EXCLUDES(mu_);
 
   const BlockManagerConfig config_;

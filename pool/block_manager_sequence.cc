@@ -195,28 +195,6 @@ void BlockManager::UnpinBlocks(std::span<const PinnedBlockRef> blocks) {
   FlushEvents();
 }
 
-Result<CachedBlockInfo> BlockManager::FindBlock(const ContentId& id) const {
-  MutexLock lock(&mu_);
-  ExpireRetention();
-  const PrefixTree& tree = cache_.tree();
-  const NodeRef n = tree.FindByContentId(id);
-  if (n == kNoNode) return Status::NotFound(StrCat("no cached block has content id ", id.ToHex()));
-  const TreeNode& node = tree.node(n);
-  CachedBlockInfo info;
-  info.content_id = node.content_id;
-  info.parent_id = tree.parent_content_id(n);
-  for (int p = 0; p < num_pools(); ++p) {
-    const BlockId b = tree.block(n, p);
-    info.block_ids.push_back(b.value);
-    info.pins.push_back(b.valid() ? cache_.pins(p, b) : 0);
-  }
-  info.num_tokens = tokens_per_block();
-  info.depth = node.depth;
-  info.priority = node.priority;
-  if (node.expiry_ns != kNoExpiry) info.priority_expiry = TimePoint(Nanos(node.expiry_ns));
-  return info;
-}
-
 void BlockManager::ReportTierChange(PoolId pool, const ContentId& id, KvTier from, KvTier to) {
   MutexLock lock(&mu_);
   KvEvent e;

@@ -268,6 +268,41 @@ Status HostTier::PutBundle(TierPoolId pool, const ContentId& id, std::span<const
   return Status::Ok();
 }
 
+std::int64_t HostTier::ForEachBlock(TierPoolId pool,
+                                    const std::function<void(const EvictedBundle&)>& fn) {
+  Result<Shard*> found = FindShard(pool, kTierDefaultPriority);
+  if (!found.ok()) return 0;
+  Shard& shard = **found;
+  const auto n = static_cast<std::size_t>(shard.codec.bundle_bytes());
+  std::int64_t seen = 0;
+  for (std::int32_t slot = 0; slot < shard.num_slots; ++slot) {
+    EvictedBundle b;
+    {
+      MutexLock lock(&shard.mu);
+      Slot& s = shard.slots[slot];
+      if (s.state != SlotState::kReady || s.erase_pending) continue;
+      ++s.pins;
+      RemoveEvictable(shard, slot);
+      b.pool = pool;
+      b.id = s.id;
+      b.priority = s.priority;
+    }
+    b.bundle = {SlotData(shard, slot), n};
+    fn(b);
+    ++seen;
+    MutexLock lock(&shard.mu);
+    Slot& s = shard.slots[slot];
+    if (--s.pins == 0) {
+      if (s.erase_pending) {
+        FreeSlot(shard, slot);
+      } else {
+        MakeEvictable(shard, slot);
+      }
+    }
+  }
+  return seen;
+}
+
 Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
                      std::int64_t block) {
   KVMESH_ASSIGN_OR_RETURN(Shard * shard, FindShard(pool, kTierDefaultPriority));

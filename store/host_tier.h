@@ -90,6 +90,12 @@ class HostTier final : public BlockTier {
   Status Erase(TierPoolId pool, const ContentId& id) override;
   TierStats stats() const override;
 
+  // Calls fn for every ready block of `pool` (its id, priority and bundle), the block pinned while
+  // fn runs (not evicted or reused meanwhile); blocks put during the walk may or may not be seen.
+  // Each visited block becomes the most recently used. fn must not call into this tier for the
+  // same pool. Returns how many blocks fn saw (0 for an unknown pool). For flushing at shutdown.
+  std::int64_t ForEachBlock(TierPoolId pool, const std::function<void(const EvictedBundle&)>& fn);
+
   // Whether the memory is CUDA pinned memory.
   bool pinned() const { return memory_.pinned(); }
   // Slots of a pool (0 for an unknown pool), and the codec of its bundles (null when unknown).

@@ -72,27 +72,34 @@ void TieredCache::RememberSources(std::span<const ContentId> ids, std::span<cons
   for (std::size_t i = 0; i < ids.size() && i < sources.size(); ++i) sources_[ids[i]] = sources[i];
 }
 
-void TieredCache::CountAdmission(const RestorePlan& plan, const AddSequenceResult& result,
-                                 std::int64_t num_positions) {
+AdmissionHits TieredCache::CountAdmission(const RestorePlan& plan, const AddSequenceResult& result,
+                                          std::int64_t num_positions) {
+  AdmissionHits hits;
   MutexLock lock(&mu_);
-  ++counts_.admissions;
-  counts_.input_blocks += num_positions;
   for (std::int64_t i = 0; i < result.reused_blocks; ++i) {
     auto it = i < static_cast<std::int64_t>(plan.content_ids.size())
                   ? sources_.find(plan.content_ids[static_cast<std::size_t>(i)])
                   : sources_.end();
     if (it == sources_.end()) {
-      ++counts_.pool_hit_blocks;
+      ++hits.pool_blocks;
       continue;
     }
-    ++(it->second == KvTier::kDisk ? counts_.disk_hit_blocks : counts_.host_hit_blocks);
+    ++(it->second == KvTier::kDisk ? hits.disk_blocks : hits.host_blocks);
     sources_.erase(it);
   }
-  counts_.missed_blocks += num_positions - result.reused_blocks;
+  hits.missed_blocks = num_positions - result.reused_blocks;
+  ++counts_.admissions;
+  counts_.input_blocks += num_positions;
+  counts_.pool_hit_blocks += hits.pool_blocks;
+  counts_.host_hit_blocks += hits.host_blocks;
+  counts_.disk_hit_blocks += hits.disk_blocks;
+  counts_.missed_blocks += hits.missed_blocks;
+  return hits;
 }
 
 Result<AddSequenceResult> TieredCache::AddSequence(RequestId request, std::span<const Token> prompt,
-                                                   const SequenceOptions& options) {
+                                                   const SequenceOptions& options,
+                                                   AdmissionHits* hits) {
   KVMESH_ASSIGN_OR_RETURN(const RestorePlan plan, PlanAfterPrefetches(prompt, options));
   const std::span<const ContentId> candidates =
       std::span<const ContentId>(plan.content_ids)
@@ -129,7 +136,9 @@ Result<AddSequenceResult> TieredCache::AddSequence(RequestId request, std::span<
   restored_pins.Release();
   if (!result.ok()) return result.status();
   const std::int64_t t = manager_->tokens_per_block();
-  CountAdmission(plan, *result, (static_cast<std::int64_t>(prompt.size()) + t - 1) / t);
+  const AdmissionHits counted =
+      CountAdmission(plan, *result, (static_cast<std::int64_t>(prompt.size()) + t - 1) / t);
+  if (hits != nullptr) *hits = counted;
   return result;
 }
 

@@ -81,6 +81,14 @@ struct TieredCacheStats {
   }
 };
 
+// Where one admission's block positions came from (the per-admission share of TieredCacheStats).
+struct AdmissionHits {
+  std::int64_t pool_blocks = 0;
+  std::int64_t host_blocks = 0;
+  std::int64_t disk_blocks = 0;
+  std::int64_t missed_blocks = 0;
+};
+
 class TieredCache {
  public:
   // kInvalidArgument: no pool memory, an eviction listener given; errors of BlockManager::Create
@@ -97,8 +105,10 @@ class TieredCache {
 
   // BlockManager::AddSequence after restoring what the tiers hold of the prompt (see above).
   // Errors: those of AddSequence (nothing restored stays pinned).
+  // `hits`, when given, receives where this admission's block positions came from.
   Result<AddSequenceResult> AddSequence(RequestId request, std::span<const Token> prompt,
-                                        const SequenceOptions& options = {}) KVMESH_EXCLUDES(mu_);
+                                        const SequenceOptions& options = {},
+                                        AdmissionHits* hits = nullptr) KVMESH_EXCLUDES(mu_);
   // Starts restoring the prompt's blocks that a tier holds; returns how many are being restored
   // (0: nothing to do, or a prefetch of them is already running). kInvalidArgument as AddSequence.
   Result<std::int64_t> Prefetch(std::span<const Token> prompt, const SequenceOptions& options = {})
@@ -118,8 +128,8 @@ class TieredCache {
   // Records which tier each restored block came from, for the admission that reuses it.
   void RememberSources(std::span<const ContentId> ids, std::span<const KvTier> sources)
       KVMESH_EXCLUDES(mu_);
-  void CountAdmission(const RestorePlan& plan, const AddSequenceResult& result,
-                      std::int64_t num_positions) KVMESH_EXCLUDES(mu_);
+  AdmissionHits CountAdmission(const RestorePlan& plan, const AddSequenceResult& result,
+                               std::int64_t num_positions) KVMESH_EXCLUDES(mu_);
 
   // Destroyed in reverse: the publisher first, then the manager (it waits for move-out tickets
   // the engine's workers hold), then the engine.

@@ -1,0 +1,102 @@
+// NodeClient: the C++ client of a kvnode's control plane, used by engines, kvctl, the synthetic
+// engine, tests and benchmarks.
+//
+// Connect() opens the Unix socket ("unix:/path", or any address containing '/') or TCP
+// ("host:port"), runs the handshake (node/auth.h) — the client proves it knows the secret and
+// checks that the node does too — and returns a ready client. Each call sends one request and
+// waits for its response (one request at a time per client; open several clients for
+// parallelism). The typed calls have the contracts of the block manager's calls
+// (pool/block_manager.h) as the node's EngineService applies them (node/engine_service.h).
+//
+// Errors: the node's Status for a refused request (its code and message, e.g. kResourceExhausted
+// when the node's in-flight limits are reached, kNotFound for an unknown request id);
+// kPermissionDenied when the secret is wrong; kPeerUnreachable when the node cannot be reached,
+// closes the connection or is shutting down; kTimedOut when no response came within request_timeout
+// (the connection is then closed: a late response could not be matched). After a transport error
+// every call returns kPeerUnreachable; connect again.
+//
+// Thread safety: externally synchronised (one caller at a time).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "node/frame.h"
+#include "node/proto/kvmesh_rpc.pb.h"
+#include "pool/block_manager.h"
+#include "pool/kv_events.h"
+
+namespace kvmesh {
+
+struct NodeClientOptions {
+  std::string address;  // "unix:/run/kvnode.sock", "/run/kvnode.sock" or "127.0.0.1:7420"
+  std::string secret;
+  std::string client_name = "kvmesh-client";
+  rpc::ClientRole role = rpc::CLIENT_ROLE_ENGINE;
+  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds request_timeout{30000};
+  std::uint32_t max_frame_size = 64u << 20;  // largest response accepted
+};
+
+struct AdmitReply {
+  AddSequenceResult result;
+  std::int64_t pool_hit_blocks = 0;
+  std::int64_t host_hit_blocks = 0;
+  std::int64_t disk_hit_blocks = 0;
+};
+
+class NodeClient {
+ public:
+  static Result<std::unique_ptr<NodeClient>> Connect(const NodeClientOptions& options);
+  ~NodeClient();
+  NodeClient(const NodeClient&) = delete;
+  NodeClient& operator=(const NodeClient&) = delete;
+
+  [[nodiscard]] const std::string& node_id() const { return node_id_; }
+  [[nodiscard]] std::uint64_t session_id() const { return session_id_; }
+  [[nodiscard]] bool connected() const { return fd_ >= 0; }
+
+  // One request, one response. `fds` receives descriptors that came with the response (Attach
+  // over the Unix socket); the caller owns them. The response's error is returned as a Status.
+  Result<rpc::Response> Call(rpc::Request request, std::vector<int>* fds = nullptr);
+
+  Result<rpc::AttachResponse> Attach(std::vector<int>* fds);
+  Result<AdmitReply> Admit(std::uint64_t request_id, std::span<const Token> tokens,
+                           const SequenceOptions& options = {});
+  Result<std::int64_t> StoreFullBlocks(std::uint64_t request_id,
+                                       std::optional<std::int64_t> num_computed_tokens = {});
+  Result<AppendResult> AppendTokens(std::uint64_t request_id, std::span<const Token> tokens);
+  Status Release(std::uint64_t request_id);
+  Result<std::int64_t> Prefetch(std::span<const Token> tokens, const SequenceOptions& options = {});
+  Result<rpc::LookupResponse> Lookup(std::span<const Token> tokens,
+                                     const SequenceOptions& options = {});
+  Result<KvEventBatch> PollEvents(std::uint64_t from_seq, std::uint32_t max_events = 0);
+  Result<rpc::StatusResponse> GetStatus();
+
+  // Raw access for tests of malformed input: writes bytes as they are, reads one frame.
+  Status SendRaw(std::span<const std::byte> bytes);
+  Result<rpc::Frame> ReadFrame(std::vector<int>* fds = nullptr);
+
+ private:
+  NodeClient(int fd, NodeClientOptions options);
+  Status Handshake();
+  void Disconnect();
+  Status WaitReadable(std::chrono::steady_clock::time_point deadline);
+
+  int fd_ = -1;
+  bool local_ = false;
+  NodeClientOptions options_;
+  std::string node_id_;
+  std::uint64_t session_id_ = 0;
+  std::uint64_t next_id_ = 1;
+  FrameDecoder decoder_;
+  std::vector<int> pending_fds_;
+};
+
+}  // namespace kvmesh

@@ -1,0 +1,769 @@
+#include "node/control_server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "common/log.h"
+#include "common/strings.h"
+#include "common/thread_annotations.h"
+#include "node/auth.h"
+#include "node/frame.h"
+#include "node/rpc_convert.h"
+
+namespace kvmesh {
+
+namespace asio = boost::asio;
+using Proto = asio::generic::stream_protocol;
+using SteadyTime = std::chrono::steady_clock::time_point;
+using boost::system::error_code;
+
+namespace {
+
+class Session;
+
+struct Outgoing {
+  std::string bytes;
+  std::vector<int> fds;
+  bool events = false;  // an EventBatch of a subscription (one queued at a time)
+};
+
+Result<asio::ip::tcp::endpoint> ParseTcpListen(const std::string& text) {
+  const auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    return Status::InvalidArgument(StrCat("tcp_listen '", text, "' is not host:port"));
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost") host = "127.0.0.1";
+  error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec)
+    return Status::InvalidArgument(
+        StrCat("tcp_listen '", text, "': '", host, "' is not an IP address"));
+  const std::string port_text = text.substr(colon + 1);
+  char* end = nullptr;
+  const long port = std::strtol(port_text.c_str(), &end, 10);
+  if (*end != '\0' || port < 0 || port > 65535) {
+    return Status::InvalidArgument(StrCat("tcp_listen '", text, "': bad port '", port_text, "'"));
+  }
+  return asio::ip::tcp::endpoint(address, static_cast<std::uint16_t>(port));
+}
+
+}  // namespace
+
+class ControlServer::Impl {
+ public:
+  Impl(ControlServerOptions o, RequestHandler* h)
+      : options(std::move(o)),
+        handler(h),
+        work(asio::make_work_guard(io)),
+        workers(static_cast<std::size_t>(std::max(1, options.worker_threads))) {}
+
+  Status Bind();
+  void Accept(asio::basic_socket_acceptor<Proto>& acceptor, bool local);
+  void Refuse(Proto::socket socket);
+  void Register(const std::shared_ptr<Session>& s) KVMESH_EXCLUDES(mu);
+  void Unregister(std::uint64_t id) KVMESH_EXCLUDES(mu);
+  void CloseAll() KVMESH_EXCLUDES(mu);
+  void Stop();
+
+  const ControlServerOptions options;
+  RequestHandler* const handler;
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  asio::thread_pool workers;
+  std::optional<asio::basic_socket_acceptor<Proto>> unix_acceptor;
+  std::optional<asio::basic_socket_acceptor<Proto>> tcp_acceptor;
+  std::string tcp_bound;
+  std::vector<std::thread> io_threads;
+  std::atomic<bool> draining{false};
+  std::atomic<bool> stopped{false};
+  std::atomic<std::uint64_t> next_session_id{1};
+
+  std::atomic<std::int64_t> connections{0}, sessions_opened{0}, auth_failures{0},
+      connections_refused{0}, requests_total{0}, requests_failed{0}, requests_rejected{0},
+      bad_frames{0}, inflight{0};
+
+  Mutex mu;
+  std::condition_variable cv;
+  std::map<std::uint64_t, std::weak_ptr<Session>> sessions KVMESH_GUARDED_BY(mu);
+};
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(ControlServer::Impl& server, Proto::socket socket, bool local, std::string peer)
+      : server_(server),
+        socket_(std::move(socket)),
+        strand_(asio::make_strand(server.io)),
+        work_strand_(asio::make_strand(server.workers.get_executor())),
+        timer_(strand_),
+        event_timer_(strand_),
+        id_(server.next_session_id.fetch_add(1)),
+        local_(local),
+        peer_(std::move(peer)),
+        started_(std::chrono::steady_clock::now()) {}
+
+  [[nodiscard]] std::uint64_t id() const { return id_; }
+
+  void Start() {
+    asio::dispatch(strand_, [self = shared_from_this()] { self->SendHello(); });
+  }
+  void PostClose(std::string reason) {
+    asio::post(strand_,
+               [self = shared_from_this(), reason = std::move(reason)] { self->Close(reason); });
+  }
+
+ private:
+  enum class Phase : std::uint8_t { kHandshake, kReady, kClosed };
+  const ControlServerOptions& opts() const { return server_.options; }
+
+  void SendHello() {
+    Result<std::string> nonce = MakeAuthNonce();
+    if (!nonce.ok()) {
+      Close(nonce.status().ToString());
+      return;
+    }
+    server_nonce_ = *nonce;
+    rpc::Frame f;
+    rpc::Hello* h = f.mutable_hello();
+    h->set_protocol_version(kProtocolVersion);
+    h->set_server_nonce(server_nonce_);
+    h->set_node_id(opts().node_id);
+    SendFrame(f);
+    UpdateTimer();
+    ReadHeader();
+  }
+
+  // ---- reading
+  void ReadHeader() {
+    if (phase_ == Phase::kClosed) return;
+    reading_payload_ = false;
+    asio::async_read(
+        socket_, asio::buffer(header_),
+        asio::bind_executor(strand_, [self = shared_from_this()](error_code ec, std::size_t) {
+          self->OnHeader(ec);
+        }));
+  }
+
+  void OnHeader(error_code ec) {
+    if (ec) {
+      Close(ec == asio::error::eof ? "closed by peer" : ec.message());
+      return;
+    }
+    const std::uint32_t limit =
+        phase_ == Phase::kHandshake ? kHandshakeMaxFrameBytes : opts().max_frame_size;
+    Result<FrameHeader> h = DecodeFrameHeader(header_, limit);
+    if (!h.ok()) {
+      server_.bad_frames.fetch_add(1);
+      if (phase_ == Phase::kHandshake) server_.auth_failures.fetch_add(1);
+      SendError(0, h.status());
+      close_after_write_ = true;
+      if (!writing_) Close(h.status().message());
+      return;
+    }
+    payload_.resize(h->length);
+    reading_payload_ = true;
+    payload_started_ = std::chrono::steady_clock::now();
+    UpdateTimer();
+    asio::async_read(
+        socket_, asio::buffer(payload_),
+        asio::bind_executor(strand_, [self = shared_from_this()](error_code ec2, std::size_t) {
+          self->OnPayload(ec2);
+        }));
+  }
+
+  void OnPayload(error_code ec) {
+    if (ec) {
+      Close(ec == asio::error::eof ? "closed by peer mid-frame" : ec.message());
+      return;
+    }
+    reading_payload_ = false;
+    last_activity_ = std::chrono::steady_clock::now();
+    Result<rpc::Frame> frame = DecodeFramePayload(
+        std::span(reinterpret_cast<const std::byte*>(payload_.data()), payload_.size()));
+    payload_.clear();
+    payload_.shrink_to_fit();
+    if (!frame.ok()) {
+      server_.bad_frames.fetch_add(1);
+      if (phase_ == Phase::kHandshake) {
+        Reject(frame.status().message());
+        return;
+      }
+      SendError(0, frame.status());
+      UpdateTimer();
+      ReadHeader();
+      return;
+    }
+    if (phase_ == Phase::kHandshake) {
+      OnHandshakeFrame(*frame);
+    } else {
+      OnReadyFrame(std::move(*frame));
+    }
+    if (phase_ != Phase::kClosed && !close_after_write_) {
+      UpdateTimer();
+      ReadHeader();
+    }
+  }
+
+  // ---- handshake
+  void OnHandshakeFrame(const rpc::Frame& frame) {
+    if (frame.kind_case() != rpc::Frame::kAuthRequest) {
+      Reject("authenticate first: the first message must be an AuthRequest");
+      return;
+    }
+    const rpc::AuthRequest& a = frame.auth_request();
+    if (a.protocol_version() != kProtocolVersion) {
+      Reject(StrCat("protocol version ", a.protocol_version(),
+                    " is not supported (this node "
+                    "speaks ",
+                    kProtocolVersion, ")"));
+      return;
+    }
+    const std::string expected =
+        ClientMac(opts().secret, a.protocol_version(), server_nonce_, a.client_nonce(),
+                  a.client_name(), static_cast<std::uint32_t>(a.role()));
+    if (a.client_nonce().size() != kAuthNonceBytes || !MacEquals(expected, a.mac())) {
+      Reject("authentication failed: wrong secret");
+      return;
+    }
+    SessionInfo info;
+    info.session_id = id_;
+    info.role = a.role();
+    info.client_name = a.client_name();
+    info.peer = peer_;
+    info.local = local_;
+    state_ = server_.handler->OpenSession(info);
+    phase_ = Phase::kReady;
+    server_.sessions_opened.fetch_add(1);
+    rpc::Frame reply;
+    rpc::AuthResult* r = reply.mutable_auth_result();
+    r->set_session_id(id_);
+    r->set_server_mac(
+        ServerMac(opts().secret, kProtocolVersion, a.client_nonce(), server_nonce_, id_));
+    SendFrame(reply);
+    KVMESH_LOG_DEBUG("session open id {} peer {} client {} role {}", id_, peer_, a.client_name(),
+                     rpc::ClientRole_Name(a.role()));
+  }
+
+  void Reject(const std::string& why) {
+    server_.auth_failures.fetch_add(1);
+    KVMESH_LOG_WARN("handshake refused peer {} reason {}", peer_, why);
+    rpc::Frame reply;
+    SetError(reply.mutable_auth_result()->mutable_error(), Status::PermissionDenied(why));
+    SendFrame(reply);
+    close_after_write_ = true;
+  }
+
+  // ---- requests
+  void OnReadyFrame(rpc::Frame frame) {
+    if (frame.kind_case() != rpc::Frame::kRequest) {
+      server_.bad_frames.fetch_add(1);
+      SendError(0, Status::InvalidArgument(StrCat(
+                       "unexpected message (frame kind ", static_cast<int>(frame.kind_case()),
+                       ") after authentication: only requests are accepted")));
+      return;
+    }
+    rpc::Request& req = *frame.mutable_request();
+    const std::uint64_t rid = req.id();
+    if (req.body_case() == rpc::Request::BODY_NOT_SET) {
+      server_.bad_frames.fetch_add(1);
+      SendError(rid, Status::InvalidArgument("unknown message type"));
+      return;
+    }
+    if (server_.draining.load()) {
+      SendError(rid, Status::PeerUnreachable("node is shutting down"));
+      return;
+    }
+    if (req.body_case() == rpc::Request::kSubscribeEvents) {
+      subscribe_id_ = rid;
+      next_event_seq_ = req.subscribe_events().from_seq();
+      PollEvents();
+      return;
+    }
+    if (inflight_ >= opts().max_inflight_per_connection) {
+      Rejected(rid, StrCat("too many requests in flight on this connection (limit ",
+                           opts().max_inflight_per_connection, ")"));
+      return;
+    }
+    if (server_.inflight.fetch_add(1) >= opts().max_inflight_total) {
+      server_.inflight.fetch_sub(1);
+      Rejected(rid, StrCat("too many requests in flight on this node (limit ",
+                           opts().max_inflight_total, ")"));
+      return;
+    }
+    ++inflight_;
+    const auto timeout =
+        req.timeout_ms() > 0 ? std::chrono::milliseconds(req.timeout_ms()) : opts().request_timeout;
+    const SteadyTime deadline = std::chrono::steady_clock::now() + timeout;
+    asio::post(work_strand_, [self = shared_from_this(), req = std::move(req), deadline] {
+      self->Run(req, deadline);
+    });
+  }
+
+  void Rejected(std::uint64_t rid, std::string why) {
+    server_.requests_rejected.fetch_add(1);
+    SendError(rid, Status::ResourceExhausted(std::move(why)));
+  }
+
+  // On the worker strand.
+  void Run(const rpc::Request& req, SteadyTime deadline) {
+    HandlerResult result;
+    if (std::chrono::steady_clock::now() > deadline) {
+      result.response.set_id(req.id());
+      SetError(result.response.mutable_error(),
+               Status::TimedOut("the request's deadline passed before it could run"));
+    } else if (server_.draining.load()) {
+      result.response.set_id(req.id());
+      SetError(result.response.mutable_error(), Status::PeerUnreachable("node is shutting down"));
+    } else {
+      result = server_.handler->Handle(*state_, req);
+      result.response.set_id(req.id());
+    }
+    asio::post(strand_, [self = shared_from_this(), result = std::move(result)]() mutable {
+      self->Finish(std::move(result));
+    });
+  }
+
+  void Finish(HandlerResult result) {
+    --inflight_;
+    server_.inflight.fetch_sub(1);
+    server_.cv.notify_all();
+    if (phase_ == Phase::kClosed) return;
+    server_.requests_total.fetch_add(1);
+    if (result.response.has_error() && result.response.error().code() != 0) {
+      server_.requests_failed.fetch_add(1);
+    }
+    rpc::Frame f;
+    *f.mutable_response() = std::move(result.response);
+    if (!local_) result.fds.clear();
+    SendFrame(f, std::move(result.fds));
+    UpdateTimer();
+  }
+
+  void SendError(std::uint64_t rid, const Status& status) {
+    server_.requests_total.fetch_add(1);
+    server_.requests_failed.fetch_add(1);
+    rpc::Frame f;
+    rpc::Response* r = f.mutable_response();
+    r->set_id(rid);
+    SetError(r->mutable_error(), status);
+    SendFrame(f);
+  }
+
+  // ---- events
+  void PollEvents() {
+    if (phase_ == Phase::kClosed || !subscribe_id_) return;
+    if (!event_queued_) {
+      KvEventBatch batch = server_.handler->PollEvents(next_event_seq_, 4096);
+      if (!batch.events.empty() || batch.lost) {
+        next_event_seq_ = batch.next_seq;
+        rpc::Frame f;
+        rpc::Response* r = f.mutable_response();
+        r->set_id(*subscribe_id_);
+        ToProto(batch, r->mutable_events());
+        Outgoing o;
+        Result<std::string> bytes = EncodeFrame(f, opts().max_frame_size);
+        if (bytes.ok()) {
+          o.bytes = std::move(*bytes);
+          o.events = true;
+          event_queued_ = true;
+          Enqueue(std::move(o));
+        }
+      }
+    }
+    event_timer_.expires_after(opts().event_poll_interval);
+    event_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (!ec) self->PollEvents();
+    });
+  }
+
+  // ---- writing
+  void SendFrame(const rpc::Frame& f, std::vector<int> fds = {}) {
+    Result<std::string> bytes =
+        EncodeFrame(f, std::max<std::uint32_t>(opts().max_frame_size, kHandshakeMaxFrameBytes));
+    if (!bytes.ok()) {
+      // A response too large for a frame: say so instead.
+      KVMESH_LOG_WARN("response not sent peer {} error {}", peer_, bytes.status().ToString());
+      if (f.kind_case() == rpc::Frame::kResponse) SendError(f.response().id(), bytes.status());
+      return;
+    }
+    Enqueue(Outgoing{std::move(*bytes), std::move(fds), false});
+  }
+
+  void Enqueue(Outgoing o) {
+    if (phase_ == Phase::kClosed) return;
+    out_.push_back(std::move(o));
+    if (!writing_) WriteNext();
+  }
+
+  void WriteNext() {
+    if (out_.empty() || phase_ == Phase::kClosed) {
+      writing_ = false;
+      if (close_after_write_) Close("handshake refused or bad frame");
+      return;
+    }
+    writing_ = true;
+    Outgoing& o = out_.front();
+    std::size_t sent = 0;
+    if (!o.fds.empty()) {
+      const Result<std::size_t> n = SendWithDescriptors(o);
+      if (!n.ok()) {
+        Close(n.status().ToString());
+        return;
+      }
+      if (*n == 0) {  // the socket buffer is full: wait until writable, then try again
+        socket_.async_wait(Proto::socket::wait_write,
+                           asio::bind_executor(strand_, [self = shared_from_this()](error_code ec) {
+                             if (ec) {
+                               self->Close(ec.message());
+                             } else {
+                               self->WriteNext();
+                             }
+                           }));
+        return;
+      }
+      sent = *n;
+      o.fds.clear();
+    }
+    asio::async_write(
+        socket_, asio::buffer(o.bytes.data() + sent, o.bytes.size() - sent),
+        asio::bind_executor(strand_, [self = shared_from_this()](error_code ec, std::size_t) {
+          self->OnWritten(ec);
+        }));
+  }
+
+  // sendmsg with SCM_RIGHTS on the first bytes; returns the bytes sent (0: would block).
+  Result<std::size_t> SendWithDescriptors(const Outgoing& o) {
+    std::vector<char> control(CMSG_SPACE(sizeof(int) * o.fds.size()), 0);
+    iovec iov{const_cast<char*>(o.bytes.data()), o.bytes.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.data();
+    msg.msg_controllen = control.size();
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * o.fds.size());
+    std::memcpy(CMSG_DATA(cm), o.fds.data(), sizeof(int) * o.fds.size());
+    const ssize_t n = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return std::size_t{0};
+      return Status::IoError(StrCat("sendmsg: ", std::strerror(errno)));
+    }
+    return static_cast<std::size_t>(n);
+  }
+
+  void OnWritten(error_code ec) {
+    if (ec) {
+      Close(ec.message());
+      return;
+    }
+    if (out_.front().events) event_queued_ = false;
+    out_.pop_front();
+    WriteNext();
+  }
+
+  // ---- timers and closing
+  // The one deadline that applies now: the handshake's, a started frame's, or idleness.
+  std::optional<SteadyTime> Deadline() const {
+    if (phase_ == Phase::kHandshake) return started_ + opts().handshake_timeout;
+    if (reading_payload_) return payload_started_ + opts().handshake_timeout;
+    if (inflight_ > 0 || subscribe_id_) return std::nullopt;
+    return last_activity_ + opts().idle_timeout;
+  }
+
+  void UpdateTimer() {
+    if (phase_ == Phase::kClosed) return;
+    const std::optional<SteadyTime> d = Deadline();
+    if (!d) {
+      timer_.cancel();
+      return;
+    }
+    timer_.expires_at(*d);
+    timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec) return;
+      const std::optional<SteadyTime> now_deadline = self->Deadline();
+      if (now_deadline && std::chrono::steady_clock::now() >= *now_deadline) {
+        if (self->phase_ == Phase::kHandshake) self->server_.auth_failures.fetch_add(1);
+        self->Close(self->phase_ == Phase::kHandshake ? "handshake timeout"
+                    : self->reading_payload_          ? "frame not completed in time"
+                                                      : "idle timeout");
+      } else {
+        self->UpdateTimer();
+      }
+    });
+  }
+
+  void Close(std::string_view reason) {
+    if (phase_ == Phase::kClosed) return;
+    const bool had_session = state_ != nullptr;
+    phase_ = Phase::kClosed;
+    KVMESH_LOG_DEBUG("connection closed id {} peer {} reason {}", id_, peer_, reason);
+    error_code ec;
+    socket_.shutdown(Proto::socket::shutdown_both, ec);
+    socket_.close(ec);
+    timer_.cancel();
+    event_timer_.cancel();
+    out_.clear();
+    server_.connections.fetch_sub(1);
+    server_.Unregister(id_);
+    if (had_session) {
+      // After every request of this session already posted (the worker strand is serial).
+      asio::post(work_strand_, [self = shared_from_this()] {
+        self->server_.handler->CloseSession(*self->state_);
+        self->state_.reset();
+      });
+    }
+  }
+
+  ControlServer::Impl& server_;
+  Proto::socket socket_;
+  asio::strand<asio::io_context::executor_type> strand_;
+  asio::strand<asio::thread_pool::executor_type> work_strand_;
+  asio::steady_timer timer_;
+  asio::steady_timer event_timer_;
+  const std::uint64_t id_;
+  const bool local_;
+  const std::string peer_;
+  const SteadyTime started_;
+  SteadyTime last_activity_ = std::chrono::steady_clock::now();
+  SteadyTime payload_started_;
+  Phase phase_ = Phase::kHandshake;
+  FrameHeaderBytes header_{};
+  std::string payload_;
+  bool reading_payload_ = false;
+  std::deque<Outgoing> out_;
+  bool writing_ = false;
+  bool close_after_write_ = false;
+  int inflight_ = 0;
+  std::string server_nonce_;
+  std::shared_ptr<SessionState> state_;
+  std::optional<std::uint64_t> subscribe_id_;
+  std::uint64_t next_event_seq_ = 1;
+  bool event_queued_ = false;
+};
+
+Status BindUnix(asio::io_context& io, const std::string& path,
+                std::optional<asio::basic_socket_acceptor<Proto>>* out) {
+  asio::local::stream_protocol::endpoint ep;
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return Status::InvalidArgument(StrCat("unix_socket '", path, "' is longer than ",
+                                          sizeof(sockaddr_un::sun_path) - 1, " bytes"));
+  }
+  ep = asio::local::stream_protocol::endpoint(path);
+  std::error_code fs_ec;
+  if (std::filesystem::exists(std::filesystem::symlink_status(path, fs_ec))) {
+    asio::local::stream_protocol::socket probe(io);
+    error_code ec;
+    probe.connect(ep, ec);
+    if (!ec) {
+      return Status::FailedPrecondition(
+          StrCat("unix_socket ", path, " is in use: another process is listening on it"));
+    }
+    std::filesystem::remove(path, fs_ec);  // a stale socket of a node that did not exit cleanly
+  }
+  error_code ec;
+  out->emplace(io);
+  (*out)->open(Proto(AF_UNIX, 0), ec);
+  if (!ec) (*out)->bind(Proto::endpoint(ep), ec);
+  if (!ec) (*out)->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    out->reset();
+    return Status::FailedPrecondition(StrCat("unix_socket ", path, ": ", ec.message()));
+  }
+  ::chmod(path.c_str(), 0660);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ControlServer::Impl::Bind() {
+  if (!options.unix_socket.empty()) {
+    KVMESH_RETURN_IF_ERROR(BindUnix(io, options.unix_socket, &unix_acceptor));
+  }
+  if (!options.tcp_listen.empty()) {
+    KVMESH_ASSIGN_OR_RETURN(const asio::ip::tcp::endpoint ep, ParseTcpListen(options.tcp_listen));
+    error_code ec;
+    tcp_acceptor.emplace(io);
+    tcp_acceptor->open(Proto(ep.protocol().family(), IPPROTO_TCP), ec);
+    if (!ec) tcp_acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) tcp_acceptor->bind(Proto::endpoint(ep), ec);
+    if (!ec) tcp_acceptor->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      tcp_acceptor.reset();
+      return Status::FailedPrecondition(
+          StrCat("tcp_listen ", options.tcp_listen, ": ", ec.message()));
+    }
+    const Proto::endpoint bound = tcp_acceptor->local_endpoint();
+    asio::ip::tcp::endpoint tcp_ep;
+    std::memcpy(tcp_ep.data(), bound.data(),
+                std::min<std::size_t>(bound.size(), sizeof(sockaddr_in6)));
+    tcp_bound = StrCat(tcp_ep.address().to_string(), ":", tcp_ep.port());
+  }
+  return Status::Ok();
+}
+
+void ControlServer::Impl::Accept(asio::basic_socket_acceptor<Proto>& acceptor, bool local) {
+  acceptor.async_accept([this, &acceptor, local](error_code ec, Proto::socket socket) {
+    if (ec) {
+      if (ec != asio::error::operation_aborted && !stopped.load()) {
+        KVMESH_LOG_WARN("accept failed error {}", ec.message());
+        Accept(acceptor, local);
+      }
+      return;
+    }
+    if (draining.load() || connections.load() >= options.max_connections) {
+      Refuse(std::move(socket));
+    } else {
+      std::string peer = "unix";
+      if (!local) {
+        error_code pec;
+        const Proto::endpoint ep = socket.remote_endpoint(pec);
+        asio::ip::tcp::endpoint tcp_ep;
+        if (!pec) {
+          std::memcpy(tcp_ep.data(), ep.data(),
+                      std::min<std::size_t>(ep.size(), sizeof(sockaddr_in6)));
+          peer = StrCat(tcp_ep.address().to_string(), ":", tcp_ep.port());
+        }
+      }
+      connections.fetch_add(1);
+      auto s = std::make_shared<Session>(*this, std::move(socket), local, std::move(peer));
+      Register(s);
+      s->Start();
+    }
+    Accept(acceptor, local);
+  });
+}
+
+void ControlServer::Impl::Refuse(Proto::socket socket) {
+  connections_refused.fetch_add(1);
+  rpc::Frame f;
+  SetError(f.mutable_auth_result()->mutable_error(),
+           draining.load() ? Status::PeerUnreachable("node is shutting down")
+                           : Status::ResourceExhausted(StrCat("too many connections (limit ",
+                                                              options.max_connections, ")")));
+  auto bytes =
+      std::make_shared<std::string>(std::move(EncodeFrame(f, kHandshakeMaxFrameBytes)).value());
+  auto sock = std::make_shared<Proto::socket>(std::move(socket));
+  asio::async_write(*sock, asio::buffer(*bytes), [sock, bytes](error_code, std::size_t) {
+    error_code ec;
+    sock->shutdown(Proto::socket::shutdown_both, ec);
+    sock->close(ec);
+  });
+}
+
+void ControlServer::Impl::Register(const std::shared_ptr<Session>& s) {
+  MutexLock lock(&mu);
+  sessions[s->id()] = s;
+}
+
+void ControlServer::Impl::Unregister(std::uint64_t id) {
+  MutexLock lock(&mu);
+  sessions.erase(id);
+  cv.notify_all();
+}
+
+void ControlServer::Impl::CloseAll() {
+  std::vector<std::shared_ptr<Session>> open;
+  {
+    MutexLock lock(&mu);
+    for (auto& [id, weak] : sessions) {
+      if (auto s = weak.lock()) open.push_back(std::move(s));
+    }
+  }
+  for (auto& s : open) s->PostClose("node stopping");
+}
+
+void ControlServer::Impl::Stop() {
+  if (stopped.exchange(true)) return;
+  draining.store(true);
+  asio::post(io, [this] {
+    error_code ec;
+    if (unix_acceptor) unix_acceptor->close(ec);
+    if (tcp_acceptor) tcp_acceptor->close(ec);
+  });
+  CloseAll();
+  {
+    MutexLock lock(&mu);
+    AwaitConditionFor(cv, mu, std::chrono::seconds(10),
+                      [this]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return sessions.empty(); });
+  }
+  workers.join();  // every request and every CloseSession posted so far
+  work.reset();
+  io.stop();
+  for (auto& t : io_threads) t.join();
+  io_threads.clear();
+  if (!options.unix_socket.empty()) {
+    std::error_code fs_ec;
+    std::filesystem::remove(options.unix_socket, fs_ec);
+  }
+}
+
+Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerOptions& options,
+                                                            RequestHandler* handler) {
+  auto impl = std::make_unique<Impl>(options, handler);
+  KVMESH_RETURN_IF_ERROR(impl->Bind());
+  if (impl->unix_acceptor) impl->Accept(*impl->unix_acceptor, /*local=*/true);
+  if (impl->tcp_acceptor) impl->Accept(*impl->tcp_acceptor, /*local=*/false);
+  for (int i = 0; i < std::max(1, options.io_threads); ++i) {
+    impl->io_threads.emplace_back([io = &impl->io] { io->run(); });
+  }
+  return std::unique_ptr<ControlServer>(new ControlServer(std::move(impl)));
+}
+
+ControlServer::ControlServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ControlServer::~ControlServer() { Stop(); }
+
+std::string ControlServer::tcp_address() const { return impl_->tcp_bound; }
+const std::string& ControlServer::unix_socket() const { return impl_->options.unix_socket; }
+
+void ControlServer::StopAccepting() {
+  impl_->draining.store(true);
+  asio::post(impl_->io, [impl = impl_.get()] {
+    error_code ec;
+    if (impl->unix_acceptor) impl->unix_acceptor->close(ec);
+    if (impl->tcp_acceptor) impl->tcp_acceptor->close(ec);
+  });
+}
+
+bool ControlServer::WaitIdle(std::chrono::steady_clock::time_point deadline) {
+  MutexLock lock(&impl_->mu);
+  const auto left = deadline - std::chrono::steady_clock::now();
+  return AwaitConditionFor(
+      impl_->cv, impl_->mu, std::chrono::duration_cast<std::chrono::milliseconds>(left),
+      [this]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return impl_->inflight.load() == 0; });
+}
+
+void ControlServer::Stop() { impl_->Stop(); }
+
+bool ControlServer::draining() const { return impl_->draining.load(); }
+
+ControlServerStats ControlServer::stats() const {
+  ControlServerStats s;
+  s.connections = impl_->connections.load();
+  s.sessions_opened = impl_->sessions_opened.load();
+  s.auth_failures = impl_->auth_failures.load();
+  s.connections_refused = impl_->connections_refused.load();
+  s.requests_total = impl_->requests_total.load();
+  s.requests_failed = impl_->requests_failed.load();
+  s.requests_rejected = impl_->requests_rejected.load();
+  s.bad_frames = impl_->bad_frames.load();
+  s.inflight = impl_->inflight.load();
+  return s;
+}
+
+}  // namespace kvmesh

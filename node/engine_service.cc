@@ -1,0 +1,292 @@
+#include "node/engine_service.h"
+
+#include <unistd.h>
+
+#include <unordered_map>
+
+#include "common/log.h"
+#include "common/strings.h"
+#include "node/rpc_convert.h"
+
+namespace kvmesh {
+
+// A connection's running requests: the engine's ids → the node's. Touched only by Handle and
+// CloseSession, which the server serialises per session.
+class EngineService::EngineSession final : public SessionState {
+ public:
+  using SessionState::SessionState;
+  std::unordered_map<std::uint64_t, RequestId> running;
+};
+
+EngineService::EngineService(NodeDescription description, TieredCache* cache,
+                             const NodePools* pools)
+    : description_(std::move(description)),
+      cache_(cache),
+      pools_(pools),
+      started_(std::chrono::steady_clock::now()) {}
+
+EngineService::~EngineService() = default;
+
+std::shared_ptr<SessionState> EngineService::OpenSession(const SessionInfo& info) {
+  open_sessions_.fetch_add(1);
+  KVMESH_LOG_INFO("session opened id {} client {} role {} peer {}", info.session_id,
+                  info.client_name, rpc::ClientRole_Name(info.role), info.peer);
+  return std::make_shared<EngineSession>(info);
+}
+
+void EngineService::CloseSession(SessionState& session) {
+  auto& s = static_cast<EngineSession&>(session);
+  std::int64_t released = 0;
+  for (const auto& [engine_id, id] : s.running) {
+    Status st = cache_->manager().RemoveSequence(id);
+    if (st.ok()) {
+      ++released;
+    } else {
+      KVMESH_LOG_WARN("release on close failed session {} request {} error {}", s.info().session_id,
+                      engine_id, st.ToString());
+    }
+  }
+  s.running.clear();
+  released_on_close_.fetch_add(released);
+  open_sessions_.fetch_sub(1);
+  if (released > 0) {
+    KVMESH_LOG_WARN("session closed with running requests id {} client {} released {}",
+                    s.info().session_id, s.info().client_name, released);
+  } else {
+    KVMESH_LOG_INFO("session closed id {} client {}", s.info().session_id, s.info().client_name);
+  }
+}
+
+KvEventBatch EngineService::PollEvents(std::uint64_t from_seq, std::size_t max_events) {
+  return cache_->manager().PollEvents(from_seq, max_events);
+}
+
+HandlerResult EngineService::Handle(SessionState& session, const rpc::Request& request) {
+  auto& s = static_cast<EngineSession&>(session);
+  HandlerResult result;
+  rpc::Response& r = result.response;
+  Status st;
+  switch (request.body_case()) {
+    case rpc::Request::kAttach: st = Attach(s, r.mutable_attach(), &result.fds); break;
+    case rpc::Request::kAdmit: st = Admit(s, request.admit(), r.mutable_admit()); break;
+    case rpc::Request::kStoreFullBlocks:
+      st = StoreFullBlocks(s, request.store_full_blocks(), r.mutable_store_full_blocks());
+      break;
+    case rpc::Request::kAppendTokens:
+      st = AppendTokens(s, request.append_tokens(), r.mutable_append_tokens());
+      break;
+    case rpc::Request::kRelease:
+      st = Release(s, request.release());
+      r.mutable_release();
+      break;
+    case rpc::Request::kPrefetch: st = Prefetch(request.prefetch(), r.mutable_prefetch()); break;
+    case rpc::Request::kLookup: st = Lookup(request.lookup(), r.mutable_lookup()); break;
+    case rpc::Request::kPollEvents: {
+      const rpc::PollEventsRequest& p = request.poll_events();
+      const std::size_t max =
+          p.max_events() == 0 ? 4096 : std::min<std::size_t>(p.max_events(), 65536);
+      ToProto(PollEvents(p.from_seq(), max), r.mutable_events());
+      break;
+    }
+    case rpc::Request::kStatus: FillStatus(r.mutable_status()); break;
+    default: st = Status::InvalidArgument("unknown message type"); break;
+  }
+  if (!st.ok()) {
+    r.clear_body();
+    result.fds.clear();
+    SetError(r.mutable_error(), st);
+  }
+  return result;
+}
+
+Result<RequestId> EngineService::Running(EngineSession& s, std::uint64_t engine_id) const {
+  auto it = s.running.find(engine_id);
+  if (it == s.running.end()) {
+    return Status::NotFound(StrCat("request ", engine_id, " is not running on this connection"));
+  }
+  return it->second;
+}
+
+Status EngineService::Attach(EngineSession& s, rpc::AttachResponse* out,
+                             std::vector<int>* fds) const {
+  if (!s.info().local) {
+    return Status::FailedPrecondition(
+        "Attach needs the node's Unix socket: the pools are shared memory of the node's host");
+  }
+  out->set_node_id(description_.node_id);
+  out->set_model_name(description_.model_name);
+  out->set_model_revision(description_.model_revision);
+  out->set_tokens_per_block(cache_->manager().tokens_per_block());
+  out->set_tensor_parallel_size(pools_->tensor_parallel_size());
+  out->set_num_layers(description_.num_layers);
+  out->set_num_attention_heads(description_.num_attention_heads);
+  const ContentId ns = NamespaceDigest(cache_->manager().config().key_namespace);
+  out->set_namespace_digest(std::string(reinterpret_cast<const char*>(ns.bytes.data()), ns.kBytes));
+  pools_->DescribeForAttach(out, fds);
+  return Status::Ok();
+}
+
+Status EngineService::Admit(EngineSession& s, const rpc::AdmitRequest& in,
+                            rpc::AdmitResponse* out) {
+  if (s.running.contains(in.request_id())) {
+    return Status::InvalidArgument(
+        StrCat("request ", in.request_id(), " is already running on this connection"));
+  }
+  KVMESH_ASSIGN_OR_RETURN(const SequenceOptions options, FromProto(in.options()));
+  const RequestId id{next_request_.fetch_add(1)};
+  AdmissionHits hits;
+  KVMESH_ASSIGN_OR_RETURN(const AddSequenceResult added,
+                          cache_->AddSequence(id, TokensOf(in.tokens()), options, &hits));
+  s.running.emplace(in.request_id(), id);
+  out->set_reused_tokens(added.reused_tokens);
+  out->set_reused_blocks(added.reused_blocks);
+  out->set_partial_tokens(added.partial_tokens);
+  out->set_partial(static_cast<std::uint32_t>(added.partial));
+  for (const BlockTable& t : added.tables) ToProto(t, out->add_tables());
+  out->set_pool_hit_blocks(hits.pool_blocks);
+  out->set_host_hit_blocks(hits.host_blocks);
+  out->set_disk_hit_blocks(hits.disk_blocks);
+  return Status::Ok();
+}
+
+Status EngineService::StoreFullBlocks(EngineSession& s, const rpc::StoreFullBlocksRequest& in,
+                                      rpc::StoreFullBlocksResponse* out) {
+  KVMESH_ASSIGN_OR_RETURN(const RequestId id, Running(s, in.request_id()));
+  if (!description_.enable_block_reuse) {
+    out->set_stored_blocks(0);
+    return Status::Ok();
+  }
+  std::optional<std::int64_t> computed;
+  if (in.has_num_computed_tokens()) computed = in.num_computed_tokens();
+  KVMESH_ASSIGN_OR_RETURN(const std::int64_t stored,
+                          cache_->manager().StoreFullBlocks(id, computed));
+  out->set_stored_blocks(stored);
+  return Status::Ok();
+}
+
+Status EngineService::AppendTokens(EngineSession& s, const rpc::AppendTokensRequest& in,
+                                   rpc::AppendTokensResponse* out) {
+  KVMESH_ASSIGN_OR_RETURN(const RequestId id, Running(s, in.request_id()));
+  KVMESH_ASSIGN_OR_RETURN(const AppendResult appended,
+                          cache_->manager().AppendTokens(id, TokensOf(in.tokens())));
+  out->set_num_tokens(appended.num_tokens);
+  for (const auto& blocks : appended.new_blocks) {
+    out->add_new_blocks()->mutable_values()->Add(blocks.begin(), blocks.end());
+  }
+  for (const auto& positions : appended.released_positions) {
+    out->add_released_positions()->mutable_values()->Add(positions.begin(), positions.end());
+  }
+  return Status::Ok();
+}
+
+Status EngineService::Release(EngineSession& s, const rpc::ReleaseRequest& in) {
+  KVMESH_ASSIGN_OR_RETURN(const RequestId id, Running(s, in.request_id()));
+  KVMESH_RETURN_IF_ERROR(cache_->manager().RemoveSequence(id));
+  s.running.erase(in.request_id());
+  return Status::Ok();
+}
+
+Status EngineService::Prefetch(const rpc::PrefetchRequest& in, rpc::PrefetchResponse* out) {
+  KVMESH_ASSIGN_OR_RETURN(const SequenceOptions options, FromProto(in.options()));
+  KVMESH_ASSIGN_OR_RETURN(const std::int64_t n, cache_->Prefetch(TokensOf(in.tokens()), options));
+  out->set_blocks(n);
+  return Status::Ok();
+}
+
+Status EngineService::Lookup(const rpc::LookupRequest& in, rpc::LookupResponse* out) {
+  KVMESH_ASSIGN_OR_RETURN(const SequenceOptions options, FromProto(in.options()));
+  const std::span<const Token> tokens = TokensOf(in.tokens());
+  BlockManager& m = cache_->manager();
+  KVMESH_ASSIGN_OR_RETURN(const PrefixLookup pool, m.LookupPrefix(tokens, options));
+  out->set_prompt_tokens(static_cast<std::int64_t>(tokens.size()));
+  out->set_pool_tokens(pool.cached_tokens);
+  if (tokens.empty()) return Status::Ok();
+  // Past the pool's full blocks: each candidate block, in order, while some tier holds every
+  // pool's block of it — counted as host when the host tier holds it, else as disk.
+  KVMESH_ASSIGN_OR_RETURN(const RestorePlan plan, m.PlanRestore(tokens, options));
+  OffloadEngine& engine = cache_->engine();
+  std::int64_t host = 0;
+  std::int64_t disk = 0;
+  for (std::size_t i = static_cast<std::size_t>(plan.pool_blocks); i < plan.content_ids.size();
+       ++i) {
+    bool in_host = engine.host() != nullptr;
+    bool in_disk = engine.disk() != nullptr;
+    for (int p = 0; p < engine.num_pools(); ++p) {
+      in_host = in_host && engine.host()->Contains(TierPoolId{p}, plan.content_ids[i]);
+      in_disk = in_disk && engine.disk()->Contains(TierPoolId{p}, plan.content_ids[i]);
+    }
+    if (!in_host && !in_disk) break;
+    ++(in_host ? host : disk);
+  }
+  if (host + disk > 0) {
+    // A restore supersedes a partly matching block the pool may hold after its full blocks.
+    const std::int64_t t = m.tokens_per_block();
+    out->set_pool_tokens(plan.pool_blocks * t);
+    out->set_host_tokens(host * t);
+    out->set_disk_tokens(disk * t);
+  }
+  return Status::Ok();
+}
+
+void EngineService::FillStatus(rpc::StatusResponse* out) const {
+  const NodeDescription& d = description_;
+  out->set_node_id(d.node_id);
+  out->set_version(d.version);
+  out->set_pid(::getpid());
+  out->set_uptime_s(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  out->set_device(d.device);
+  out->set_model_name(d.model_name);
+  out->set_tokens_per_block(cache_->manager().tokens_per_block());
+  out->set_dtype(d.dtype);
+  out->set_kv_layout(d.kv_layout);
+  out->set_tensor_parallel_size(pools_->tensor_parallel_size());
+  out->set_unix_socket(d.unix_socket);
+  out->set_tcp_listen(d.tcp_listen);
+  out->set_data_dir(d.data_dir);
+  const BlockManagerStats ms = cache_->manager().GetStats();
+  for (const PoolStats& p : ms.pools) {
+    rpc::PoolStatus* ps = out->add_pools();
+    ps->set_pool(p.pool.value);
+    ps->set_key(p.name);
+    const RankPool& rp = pools_->pools()[static_cast<std::size_t>(p.pool.value)];
+    ps->set_rank(rp.rank);
+    ps->set_window(p.window_tokens);
+    ps->set_num_blocks(p.num_blocks);
+    ps->set_bytes_per_block(rp.layout.BytesPerBlock());
+    ps->set_free_blocks(p.free_blocks);
+    ps->set_cached_blocks(p.cached_blocks);
+    ps->set_private_blocks(p.private_blocks);
+    ps->set_pinned_blocks(p.pinned_blocks);
+    ps->set_evictable_blocks(p.evictable_blocks);
+    ps->set_moving_out_blocks(p.moving_out_blocks);
+  }
+  out->set_sequences(ms.running_sequences);
+  const TieredCacheStats ts = cache_->stats();
+  const auto tier = [out](std::string name, bool present, const TierStats& t) {
+    rpc::TierStatus* s = out->add_tiers();
+    s->set_name(std::move(name));
+    s->set_present(present);
+    s->set_capacity_bytes(t.capacity_bytes);
+    s->set_used_bytes(t.used_bytes);
+    s->set_entries(t.entries);
+    s->set_disabled(t.disabled);
+  };
+  tier("host", ts.offload.has_host, ts.offload.host);
+  tier("disk", ts.offload.has_disk, ts.offload.disk);
+  out->set_admissions(ts.admissions);
+  out->set_input_blocks(ts.input_blocks);
+  out->set_pool_hit_blocks(ts.pool_hit_blocks);
+  out->set_host_hit_blocks(ts.host_hit_blocks);
+  out->set_disk_hit_blocks(ts.disk_hit_blocks);
+  if (const ControlServer* server = server_.load(); server != nullptr) {
+    const ControlServerStats ss = server->stats();
+    out->set_connections(ss.connections);
+    out->set_requests_total(ss.requests_total);
+    out->set_requests_failed(ss.requests_failed);
+    out->set_requests_rejected(ss.requests_rejected);
+    out->set_draining(server->draining());
+  }
+}
+
+}  // namespace kvmesh

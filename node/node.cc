@@ -1,0 +1,326 @@
+#include "node/node.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/log.h"
+#include "common/strings.h"
+#include "common/units.h"
+#include "node/secret.h"
+#include "pool/block_manager_plan.h"
+#include "pool/hf_config.h"
+#include "pool/model_presets.h"
+#include "pool/primary_memory.h"
+
+namespace kvmesh {
+namespace {
+
+constexpr const char* kVersion = "0.1.0";
+
+std::string HostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "kvnode";
+  return buf;
+}
+
+// Creates and locks <dir>/LOCK (flock, exclusive, not blocking); writes our pid into it.
+Result<int> LockDataDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return Status::FailedPrecondition(
+        StrCat("data_dir ", dir, " cannot be created: ", ec.message()));
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::FailedPrecondition(StrCat("data_dir ", dir, " is not a directory"));
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return Status::FailedPrecondition(
+        StrCat("data_dir ", dir, " is not writable: ", std::strerror(errno)));
+  }
+  const std::string path = dir + "/LOCK";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Status::FailedPrecondition(StrCat("data_dir lock ", path, ": ", std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      std::string holder = n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : "unknown";
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+      return Status::FailedPrecondition(
+          StrCat("data_dir ", dir, " is held by another kvnode (pid ", holder, ")"));
+    }
+    return Status::FailedPrecondition(StrCat("data_dir lock ", path, ": ", std::strerror(err)));
+  }
+  const std::string pid = StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    KVMESH_LOG_WARN("data_dir lock file not written path {} error {}", path, std::strerror(errno));
+  }
+  return fd;
+}
+
+Result<ModelSpec> LoadModel(const ModelSelection& m) {
+  Result<ModelSpec> spec =
+      m.hf_config.empty() ? ModelPreset(m.preset) : LoadModelSpecFromHfConfig(m.hf_config);
+  if (!spec.ok()) return spec.status().WithContext("model");
+  if (!m.revision.empty()) spec->revision = m.revision;
+  return spec;
+}
+
+Result<std::int64_t> HostFreeBytes() {
+  std::ifstream in("/proc/meminfo");
+  if (!in) return Status::IoError(StrCat("cannot read /proc/meminfo: ", std::strerror(errno)));
+  std::ostringstream text;
+  text << in.rdbuf();
+  KVMESH_ASSIGN_OR_RETURN(const PrimaryMemory m, ParseMeminfo(text.str()));
+  return m.free_bytes;
+}
+
+std::string LayerRange(const std::vector<std::int32_t>& layers) {
+  if (layers.empty()) return "-";
+  bool contiguous = true;
+  for (std::size_t i = 1; i < layers.size(); ++i) contiguous &= layers[i] == layers[i - 1] + 1;
+  if (contiguous) return StrCat(layers.front(), "-", layers.back());
+  return StrCat(layers.size(), " layers");
+}
+
+ControlServerOptions ServerOptions(const NodeConfig& c, std::string node_id, std::string secret,
+                                   std::string unix_socket) {
+  ControlServerOptions o;
+  o.node_id = std::move(node_id);
+  o.secret = std::move(secret);
+  o.unix_socket = std::move(unix_socket);
+  o.tcp_listen = c.control.tcp_listen;
+  o.max_frame_size = static_cast<std::uint32_t>(c.control.max_frame_size);
+  o.handshake_timeout = c.control.handshake_timeout;
+  o.idle_timeout = c.control.idle_timeout;
+  o.request_timeout = c.control.request_timeout;
+  o.max_connections = c.control.max_connections;
+  o.max_inflight_per_connection = c.control.max_inflight_per_connection;
+  o.max_inflight_total = c.control.max_inflight_total;
+  o.io_threads = c.control.io_threads;
+  o.worker_threads = c.control.worker_threads;
+  return o;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Node>> Node::Start(const NodeConfig& config) {
+  std::unique_ptr<Node> node(new Node());
+  Status st = node->Open(config);
+  if (!st.ok()) {
+    node->shut_down_ = true;  // nothing to drain: tear down what was built
+    return st;
+  }
+  return node;
+}
+
+Status Node::Open(const NodeConfig& config) {
+  KVMESH_RETURN_IF_ERROR(config.Validate());
+  config_ = config;
+  const NodeConfig& c = config_;
+  if (c.device.kind == DeviceSelection::Kind::kCuda) {
+    return Status::NotSupported(StrCat("device ", c.device.ToString(),
+                                       ": GPU pools (device memory shared through CUDA "
+                                       "IPC) are not built in this version; use device: cpu"));
+  }
+  description_.node_id = c.node_id.empty() ? HostName() : c.node_id;
+  description_.version = kVersion;
+  description_.device = "cpu";
+  description_.data_dir = c.data_dir;
+  description_.unix_socket =
+      c.control.unix_socket.empty() ? c.data_dir + "/kvnode.sock" : c.control.unix_socket;
+  description_.enable_block_reuse = c.kv_cache.enable_block_reuse;
+
+  KVMESH_ASSIGN_OR_RETURN(lock_fd_, LockDataDir(c.data_dir));
+  SecretSource source{c.control.secret, c.control.secret_env, c.control.secret_file};
+  KVMESH_ASSIGN_OR_RETURN(const LoadedSecret secret, LoadSecret(source));
+  if (!secret.warning.empty()) KVMESH_LOG_WARN("{}", secret.warning);
+  secret_origin_ = secret.origin;
+
+  KVMESH_ASSIGN_OR_RETURN(const ModelSpec model, LoadModel(c.model));
+  KVMESH_ASSIGN_OR_RETURN(const ModelSpec rank_model, RankModelSpec(model, c.tensor_parallel_size));
+  description_.model_name = model.name;
+  description_.model_revision = model.revision;
+  description_.num_layers = model.num_layers();
+  description_.num_attention_heads = model.num_attention_heads;
+  const LayerSpec& l0 = model.layers.front();
+  model_summary_ =
+      StrCat(model.name, ": ", model.num_layers(), " layers, ", model.num_attention_heads, " q / ",
+             l0.num_kv_heads, " kv heads, head_dim ", l0.head_dim);
+
+  KVMESH_ASSIGN_OR_RETURN(const std::int64_t free_bytes, HostFreeBytes());
+  const CacheConfig cache = c.EffectiveCacheConfig();
+  KVMESH_ASSIGN_OR_RETURN(plan_,
+                          BuildPoolPlan(rank_model, cache, free_bytes / c.tensor_parallel_size));
+  description_.dtype = std::string(KvDtypeName(cache.dtype));
+  description_.kv_layout = std::string(KvLayoutName(cache.kv_layout));
+  KVMESH_ASSIGN_OR_RETURN(pools_, NodePools::CreateHost(plan_, c.tensor_parallel_size,
+                                                        /*prefault=*/false));
+
+  TieredCacheOptions t;
+  t.manager = FromPoolPlan(plan_);
+  t.manager.pools = pools_.ManagerPools();
+  if (c.tensor_parallel_size > 1) {
+    t.manager.key_namespace.pool_group += StrCat("/tp", c.tensor_parallel_size);
+  }
+  t.manager.eviction_policy = c.kv_cache.eviction_policy;
+  t.manager.event_capacity = static_cast<std::size_t>(c.kv_cache.event_buffer_max_size);
+  t.manager.enable_partial_reuse = c.kv_cache.enable_partial_reuse;
+  copy_pool_ = std::make_unique<ThreadPool>(c.kv_cache.copy_threads);
+  t.env.pool_memory = pools_.views();
+  t.env.copy_executor = copy_pool_.get();
+  t.offload.host_capacity_bytes = c.kv_cache.host_cache_size;
+  t.offload.host_prefault = false;
+  t.offload.offload_min_priority = c.kv_cache.secondary_offload_min_priority;
+  t.offload.copy_threads = c.kv_cache.copy_threads;
+  if (c.disk_tier.enabled) {
+    RocksDbTierOptions d;
+    d.path = c.disk_tier.path.empty() ? c.data_dir + "/rocksdb" : c.disk_tier.path;
+    d.capacity_bytes = c.disk_tier.capacity;
+    t.offload.disk = d;
+  }
+  Result<std::unique_ptr<TieredCache>> created = TieredCache::Create(std::move(t));
+  if (!created.ok()) return created.status().WithContext("tiers");
+  cache_ = std::move(created).value();
+  const OffloadStats os = cache_->engine().stats();
+  description_.host_tier_capacity = os.has_host ? os.host.capacity_bytes : 0;
+  description_.disk_tier_capacity = os.has_disk ? os.disk.capacity_bytes : 0;
+  disk_entries_at_start_ = os.has_disk ? os.disk.entries : 0;
+
+  service_ = std::make_unique<EngineService>(description_, cache_.get(), &pools_);
+  KVMESH_ASSIGN_OR_RETURN(
+      server_, ControlServer::Start(
+                   ServerOptions(c, description_.node_id, secret.secret, description_.unix_socket),
+                   service_.get()));
+  description_.tcp_listen = server_->tcp_address();
+  service_->SetServer(server_.get());
+  return Status::Ok();
+}
+
+std::string Node::tcp_address() const { return server_ ? server_->tcp_address() : ""; }
+
+std::string Node::Summary() const {
+  const NodeConfig& c = config_;
+  std::ostringstream s;
+  s << "kvnode " << description_.node_id << " (pid " << ::getpid() << ", version " << kVersion
+    << ")\n";
+  s << "  model      " << model_summary_ << "\n";
+  s << "  device     cpu: pools in host shared memory (memfd), CPU backend\n";
+  s << "  cache      " << description_.dtype << " " << description_.kv_layout << ", "
+    << plan_.cache.tokens_per_block << " tokens per block, tensor_parallel_size "
+    << c.tensor_parallel_size << ", eviction " << EvictionPolicyName(c.kv_cache.eviction_policy)
+    << (c.kv_cache.enable_block_reuse ? "" : ", block reuse off") << "\n";
+  s << "  budget     " << FormatBytes(plan_.budget_bytes) << " per rank ("
+    << (plan_.limited_by_max_tokens() ? "max_tokens" : "free_gpu_memory_fraction of free memory")
+    << ")\n";
+  for (const RankPool& p : pools_.pools()) {
+    s << "  pool " << p.index << "     " << p.name << ": " << p.num_blocks << " blocks x "
+      << FormatBytes(p.layout.BytesPerBlock()) << " = "
+      << FormatBytes(p.num_blocks * p.layout.BytesPerBlock()) << ", layers " << LayerRange(p.layers)
+      << "\n";
+  }
+  const OffloadStats os = cache_->engine().stats();
+  s << "  host tier  "
+    << (os.has_host ? StrCat(FormatBytes(os.host.capacity_bytes),
+                             cache_->engine().host()->pinned() ? " pinned" : " aligned",
+                             " host memory, offload at priority >= ",
+                             c.kv_cache.secondary_offload_min_priority)
+                    : std::string("none"))
+    << "\n";
+  s << "  disk tier  "
+    << (os.has_disk ? StrCat(FormatBytes(os.disk.capacity_bytes), " RocksDB at ",
+                             c.disk_tier.path.empty() ? c.data_dir + "/rocksdb" : c.disk_tier.path,
+                             ", ", disk_entries_at_start_, " blocks from earlier runs")
+                    : std::string("none"))
+    << "\n";
+  s << "  listen     unix " << description_.unix_socket;
+  if (!tcp_address().empty()) s << ", tcp " << tcp_address();
+  s << "\n  secret     from " << secret_origin_ << "\n";
+  return s.str();
+}
+
+std::int64_t Node::FlushToDisk(std::int64_t* failures) {
+  OffloadEngine& engine = cache_->engine();
+  RocksDbTier* disk = engine.disk();
+  if (disk == nullptr) return 0;
+  const int min_priority = config_.kv_cache.secondary_offload_min_priority;
+  const std::vector<KvPoolView>& views = engine.pools();
+  std::int64_t written = 0;
+  const auto put = [&](const Status& st) {
+    if (st.ok()) {
+      ++written;
+    } else {
+      ++*failures;
+      KVMESH_LOG_WARN("flush to disk failed error {}", st.ToString());
+    }
+  };
+  // Cached pool blocks. Nothing writes them: every connection is closed.
+  std::uint64_t cursor = 0;
+  do {
+    const CachedBlockPage page = cache_->manager().ListCachedBlocks(cursor, 4096);
+    for (const CachedBlockInfo& b : page.blocks) {
+      if (b.priority < min_priority) continue;
+      for (int p = 0; p < engine.num_pools(); ++p) {
+        const TierPoolId pool{p};
+        if (b.block_ids[p] < 0 || disk->Contains(pool, b.content_id)) continue;
+        put(disk->Put(pool, b.content_id, views[p], b.block_ids[p], b.priority));
+      }
+    }
+    cursor = page.next_cursor;
+  } while (cursor != 0);
+  // Host-tier blocks.
+  if (HostTier* host = engine.host(); host != nullptr) {
+    for (int p = 0; p < engine.num_pools(); ++p) {
+      host->ForEachBlock(TierPoolId{p}, [&](const EvictedBundle& b) {
+        if (b.priority < min_priority || disk->Contains(b.pool, b.id)) return;
+        put(disk->PutBundle(b.pool, b.id, b.bundle, b.priority));
+      });
+    }
+  }
+  engine.Drain();
+  return written;
+}
+
+ShutdownReport Node::Shutdown() {
+  ShutdownReport r;
+  if (shut_down_) return r;
+  shut_down_ = true;
+  const auto start = std::chrono::steady_clock::now();
+  KVMESH_LOG_INFO("shutdown started drain_timeout_ms {}", config_.shutdown.drain_timeout.count());
+  server_->StopAccepting();
+  r.drained = server_->WaitIdle(start + config_.shutdown.drain_timeout);
+  if (!r.drained) KVMESH_LOG_WARN("shutdown drain deadline passed with requests in flight");
+  const std::int64_t released_before = service_->released_on_close();
+  server_->Stop();  // closes connections; their sequences are released
+  r.released_sequences = service_->released_on_close() - released_before;
+  if (config_.shutdown.flush_to_disk) r.flushed_blocks = FlushToDisk(&r.flush_failures);
+  service_.reset();
+  server_.reset();
+  cache_.reset();  // drains copies, closes RocksDB
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  KVMESH_LOG_INFO("shutdown done released {} flushed {} flush_failures {} seconds {:.3f}",
+                  r.released_sequences, r.flushed_blocks, r.flush_failures, r.seconds);
+  return r;
+}
+
+Node::~Node() {
+  if (!shut_down_) Shutdown();
+  server_.reset();
+  service_.reset();
+  cache_.reset();
+  copy_pool_.reset();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,95 @@
+// Node: one kvnode — everything a NodeConfig describes, assembled and running.
+//
+// Start(config):
+//   1. the data directory: created when missing, must be writable, and is locked (flock on
+//      <data_dir>/LOCK, holding the pid) so that two kvnodes never share one;
+//   2. the secret (node/secret.h), the model (preset or Hugging Face config.json), the device;
+//   3. the pool plan of the rank model (node/node_pools.h: tensor_parallel_size ranks) sized
+//      from the primary memory's free bytes, and the pools in shared memory;
+//   4. the TieredCache over them: the block manager, the host tier (host_cache_size) and the
+//      RocksDB tier (<data_dir>/rocksdb unless disk_tier.path says otherwise);
+//   5. the control server (Unix socket, TCP) with the EngineService.
+// Any failure is one Status whose message says what to fix ("data_dir /x is held by another
+// kvnode (pid 42)", "tcp_listen 127.0.0.1:7420: address already in use"); nothing is left
+// running.
+//
+// Devices. `cpu` puts the pools in host shared memory and runs the CPU backend. `cuda:N` (and
+// `auto` on a machine with a CUDA device) is refused at start with kNotSupported in this version:
+// device pools exported as CUDA IPC handles and the CUDA offload path are described in
+// docs/kvnode.md and are not built yet.
+//
+// Shutdown() (SIGTERM/SIGINT in kvnode_main.cc):
+//   1. stop accepting connections; new requests fail with kPeerUnreachable;
+//   2. wait up to shutdown.drain_timeout for requests in flight;
+//   3. close every connection (their sequences are released: stored blocks stay cached);
+//   4. with shutdown.flush_to_disk, write every cached pool block and host-tier block at or above
+//      secondary_offload_min_priority that the disk tier does not hold yet into it;
+//   5. close the tiers (RocksDB flushed and closed) and release the lock.
+// So every block an engine stored (StoreFullBlocks acknowledged) before the signal is on disk
+// after a clean exit, within the disk tier's capacity.
+//
+// Thread safety: Start and Shutdown are called from one thread; Summary and service() are
+// thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "node/control_server.h"
+#include "node/engine_service.h"
+#include "node/node_config.h"
+#include "node/node_pools.h"
+#include "pool/pool_plan.h"
+#include "store/tiered_cache.h"
+
+namespace kvmesh {
+
+struct ShutdownReport {
+  bool drained = true;  // no request was still running at the drain deadline
+  std::int64_t released_sequences = 0;
+  std::int64_t flushed_blocks = 0;  // written to the disk tier by flush_to_disk
+  std::int64_t flush_failures = 0;
+  double seconds = 0;
+};
+
+class Node {
+ public:
+  static Result<std::unique_ptr<Node>> Start(const NodeConfig& config);
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // The one-screen start-up summary: pools, bytes, tiers, listen addresses.
+  [[nodiscard]] std::string Summary() const;
+  ShutdownReport Shutdown();
+
+  [[nodiscard]] const NodeConfig& config() const { return config_; }
+  [[nodiscard]] const PoolPlan& plan() const { return plan_; }
+  [[nodiscard]] std::string tcp_address() const;
+  [[nodiscard]] const std::string& unix_socket() const { return description_.unix_socket; }
+  EngineService& service() { return *service_; }
+  TieredCache& cache() { return *cache_; }
+
+ private:
+  struct Startup;
+  Node() = default;
+  Status Open(const NodeConfig& config);
+  std::int64_t FlushToDisk(std::int64_t* failures);
+
+  NodeConfig config_;
+  NodeDescription description_;
+  std::string secret_origin_;
+  std::string model_summary_;
+  int lock_fd_ = -1;
+  std::int64_t disk_entries_at_start_ = 0;
+  PoolPlan plan_;
+  NodePools pools_;
+  std::unique_ptr<ThreadPool> copy_pool_;
+  std::unique_ptr<TieredCache> cache_;
+  std::unique_ptr<EngineService> service_;
+  std::unique_ptr<ControlServer> server_;
+  bool shut_down_ = false;
+};
+
+}  // namespace kvmesh

@@ -1,0 +1,147 @@
+#include "node/node_pools.h"
+
+#include "common/strings.h"
+
+namespace kvmesh {
+namespace {
+
+constexpr std::uint64_t kComponentAlign = 4096;
+
+std::uint64_t AlignUp(std::uint64_t v) {
+  return (v + kComponentAlign - 1) / kComponentAlign * kComponentAlign;
+}
+
+}  // namespace
+
+Result<ModelSpec> RankModelSpec(const ModelSpec& model, int tp) {
+  if (tp < 1) return Status::InvalidArgument(StrCat("tensor_parallel_size ", tp, " is below 1"));
+  if (tp == 1) return model;
+  ModelSpec m = model;
+  if (m.num_attention_heads % tp != 0) {
+    return Status::InvalidArgument(StrCat("tensor_parallel_size ", tp, " does not divide the ",
+                                          m.num_attention_heads, " query heads of ", m.name));
+  }
+  m.num_attention_heads /= tp;
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    LayerSpec& l = m.layers[i];
+    if (l.num_kv_heads == 1) continue;  // MLA latent or MQA: every rank keeps the one head
+    if (l.num_kv_heads % tp != 0) {
+      return Status::InvalidArgument(StrCat("tensor_parallel_size ", tp, " does not divide the ",
+                                            l.num_kv_heads, " KV heads of layer ", i, " of ",
+                                            m.name));
+    }
+    l.num_kv_heads /= tp;
+  }
+  KVMESH_RETURN_IF_ERROR(m.Validate().WithContext(StrCat("rank model of ", model.name)));
+  return m;
+}
+
+Result<NodePools> NodePools::CreateHost(const PoolPlan& plan, int tensor_parallel_size,
+                                        bool prefault) {
+  NodePools out;
+  out.tp_ = tensor_parallel_size;
+  for (const PoolSpec& spec : plan.pools) {
+    for (int r = 0; r < tensor_parallel_size; ++r) {
+      RankPool p;
+      p.index = static_cast<int>(out.pools_.size());
+      p.plan_pool = spec.id;
+      p.rank = r;
+      p.name = tensor_parallel_size == 1
+                   ? PoolKeyString(spec.key)
+                   : StrCat(PoolKeyString(spec.key), " rank ", r, "/", tensor_parallel_size);
+      p.window = spec.key.window;
+      p.layout = spec.layout;
+      p.num_blocks = spec.num_blocks;
+      p.pool_scale = spec.pool_scale.value;
+      p.layers = spec.layers;
+      std::uint64_t offset = 0;
+      for (int c = 0; c < kNumKvComponents; ++c) {
+        const PagedTensorLayout& comp = p.layout.components[c];
+        if (!comp.present()) continue;
+        p.component_offset[c] = offset;
+        offset = AlignUp(offset + static_cast<std::uint64_t>(comp.BytesPerBlock()) *
+                                      static_cast<std::uint64_t>(p.num_blocks));
+      }
+      p.bytes = offset;
+      KVMESH_ASSIGN_OR_RETURN(
+          SharedMemory mem,
+          SharedMemory::Create(StrCat("kvmesh-pool-", p.index), p.bytes, prefault));
+      out.memory_.push_back(std::move(mem));
+      out.pools_.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+std::vector<KvPoolView> NodePools::views() const {
+  std::vector<KvPoolView> v;
+  v.reserve(pools_.size());
+  for (std::size_t i = 0; i < pools_.size(); ++i) {
+    const RankPool& p = pools_[i];
+    KvPoolView view;
+    view.layout = p.layout;
+    view.num_blocks = p.num_blocks;
+    view.pool_scale = p.pool_scale;
+    auto* base = static_cast<std::uint8_t*>(memory_[i].data());
+    for (int c = 0; c < kNumKvComponents; ++c) {
+      if (p.layout.components[c].present()) view.base[c] = base + p.component_offset[c];
+    }
+    v.push_back(view);
+  }
+  return v;
+}
+
+std::vector<BlockPoolConfig> NodePools::ManagerPools() const {
+  std::vector<BlockPoolConfig> out;
+  out.reserve(pools_.size());
+  for (const RankPool& p : pools_) out.push_back(BlockPoolConfig{p.name, p.num_blocks, p.window});
+  return out;
+}
+
+std::int64_t NodePools::total_bytes() const {
+  std::int64_t total = 0;
+  for (const RankPool& p : pools_) total += static_cast<std::int64_t>(p.bytes);
+  return total;
+}
+
+void NodePools::DescribeForAttach(rpc::AttachResponse* out, std::vector<int>* fds) const {
+  for (std::size_t i = 0; i < pools_.size(); ++i) {
+    const RankPool& p = pools_[i];
+    rpc::PoolDescriptor* d = out->add_pools();
+    d->set_pool(p.index);
+    d->set_plan_pool(p.plan_pool.value);
+    d->set_rank(p.rank);
+    d->set_key(p.name);
+    d->set_window(p.window);
+    d->set_dtype(static_cast<std::uint32_t>(p.layout.dtype));
+    d->set_num_blocks(p.num_blocks);
+    d->set_pool_scale(p.pool_scale);
+    d->set_device(-1);
+    d->mutable_layers()->Add(p.layers.begin(), p.layers.end());
+    for (int c = 0; c < kNumKvComponents; ++c) {
+      const PagedTensorLayout& comp = p.layout.components[c];
+      if (!comp.present()) continue;
+      rpc::PoolComponentMemory* m = d->add_components();
+      m->set_component(static_cast<std::uint32_t>(c));
+      m->set_memory_index(static_cast<std::uint32_t>(out->memory_size()));
+      m->set_offset(p.component_offset[c]);
+      m->set_bytes(static_cast<std::uint64_t>(comp.BytesPerBlock()) *
+                   static_cast<std::uint64_t>(p.num_blocks));
+      m->set_bytes_per_block(static_cast<std::uint64_t>(comp.BytesPerBlock()));
+      m->set_order(static_cast<std::uint32_t>(comp.order));
+      m->set_num_layers(comp.num_layers);
+      m->set_kv_factor(comp.kv_factor);
+      m->set_num_heads(comp.num_heads);
+      m->set_tokens_per_block(comp.tokens_per_block);
+      m->set_inner(comp.inner);
+      m->set_bits(comp.bits);
+    }
+    rpc::MemoryObject* mo = out->add_memory();
+    mo->set_kind(rpc::MemoryObject::KIND_MEMFD);
+    mo->set_bytes(p.bytes);
+    mo->set_device(-1);
+    fds->push_back(memory_[i].fd());
+  }
+}
+
+}  // namespace kvmesh

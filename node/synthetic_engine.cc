@@ -1,0 +1,372 @@
+#include "node/synthetic_engine.h"
+
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <thread>
+
+#include "common/aligned_buffer.h"
+#include "common/strings.h"
+#include "common/thread_pool.h"
+#include "kernels/backend.h"
+#include "node/attached_pools.h"
+#include "node/synthetic_kv.h"
+
+namespace kvmesh {
+namespace {
+
+using Steady = std::chrono::steady_clock;
+
+// What a worker needs to know of one pool.
+struct PoolInfo {
+  int index = 0;
+  int rank = 0;
+  std::int32_t window = 0;
+  std::int32_t kv_heads = 0;  // per rank
+  std::int32_t head_dim = 0;
+  KvDtype dtype = KvDtype::kBF16;
+  float pool_scale = 1.0f;
+  std::vector<std::int32_t> layers;          // global ids of the local layers
+  std::vector<std::int32_t> checked_layers;  // local layers whose decode is checked
+};
+
+Result<std::vector<PoolInfo>> DescribePools(const AttachedPools& attached, bool all_layers) {
+  std::vector<PoolInfo> out;
+  for (const rpc::PoolDescriptor& d : attached.description().pools()) {
+    const KvPoolView& v = attached.view(static_cast<int>(out.size()));
+    const PagedTensorLayout& data = v.layout.data();
+    if (data.kv_factor != 2) {
+      return Status::NotSupported(
+          StrCat("pool ", d.key(), " has kv_factor ", data.kv_factor,
+                 ": the synthetic engine checks K/V pools only (not MLA latents)"));
+    }
+    PoolInfo p;
+    p.index = d.pool();
+    p.rank = d.rank();
+    p.window = d.window();
+    p.kv_heads = data.num_heads;
+    p.head_dim = data.inner;
+    p.dtype = v.layout.dtype;
+    p.pool_scale = v.pool_scale;
+    p.layers.assign(d.layers().begin(), d.layers().end());
+    const auto n = static_cast<std::int32_t>(p.layers.size());
+    if (all_layers) {
+      for (std::int32_t l = 0; l < n; ++l) p.checked_layers.push_back(l);
+    } else {
+      for (std::int32_t l : {0, n / 2, n - 1}) {
+        if (p.checked_layers.empty() || p.checked_layers.back() != l) p.checked_layers.push_back(l);
+      }
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+class Worker {
+ public:
+  Worker(const SyntheticEngineOptions& options, const AttachedPools& attached,
+         const std::vector<PoolInfo>& pools, std::unique_ptr<NodeClient> client)
+      : options_(options),
+        attached_(attached),
+        pools_(pools),
+        client_(std::move(client)),
+        kernel_pool_(options.kernel_threads > 1 ? options.kernel_threads : 0),
+        backend_(MakeCpuBackend(&kernel_pool_)) {
+    const rpc::AttachResponse& a = attached.description();
+    tokens_per_block_ = a.tokens_per_block();
+    q_heads_per_rank_ = a.num_attention_heads() / std::max(1, a.tensor_parallel_size());
+    namespace_digest_ = ContentId{};
+    std::memcpy(namespace_digest_.bytes.data(), a.namespace_digest().data(),
+                std::min(a.namespace_digest().size(), namespace_digest_.bytes.size()));
+  }
+
+  // One request; adds to `s`. A failure of the node or of a check is recorded, not returned.
+  void Run(std::uint64_t index, const TraceRequest& request, SyntheticWorkloadStats& s);
+
+ private:
+  struct Sequence {
+    std::uint64_t engine_id = 0;
+    std::uint64_t seed = 0;
+    std::vector<BlockTable> tables;
+    std::unique_ptr<PositionSeeds> seeds;
+  };
+
+  Status Prefill(Sequence& seq, std::int64_t begin, std::int64_t end);
+  Status WriteRange(const Sequence& seq, const PoolInfo& pool, std::int64_t begin,
+                    std::int64_t end);
+  Status DecodeStep(Sequence& seq, std::int32_t step, SyntheticWorkloadStats& s);
+  void Fail(SyntheticWorkloadStats& s, const std::string& what) {
+    if (s.first_error.empty()) s.first_error = what;
+  }
+
+  const SyntheticEngineOptions& options_;
+  const AttachedPools& attached_;
+  const std::vector<PoolInfo>& pools_;
+  std::unique_ptr<NodeClient> client_;
+  ThreadPool kernel_pool_;
+  std::unique_ptr<KernelBackend> backend_;
+  std::int32_t tokens_per_block_ = 0;
+  std::int32_t q_heads_per_rank_ = 0;
+  ContentId namespace_digest_;
+  std::vector<float> k_, v_, q_, out_;
+  AlignedBuffer workspace_;
+};
+
+Status Worker::WriteRange(const Sequence& seq, const PoolInfo& pool, std::int64_t begin,
+                          std::int64_t end) {
+  const std::vector<std::int32_t>& table =
+      seq.tables[static_cast<std::size_t>(pool.index)].block_ids;
+  const auto d = static_cast<std::size_t>(pool.head_dim);
+  const auto heads = static_cast<std::size_t>(pool.kv_heads);
+  // Runs of positions whose blocks the pool holds (a window pool may hold none for old ones).
+  std::int64_t run_begin = begin;
+  while (run_begin < end) {
+    if (table[static_cast<std::size_t>(run_begin / tokens_per_block_)] < 0) {
+      ++run_begin;
+      continue;
+    }
+    std::int64_t run_end = run_begin;
+    while (run_end < end && table[static_cast<std::size_t>(run_end / tokens_per_block_)] >= 0) {
+      ++run_end;
+    }
+    const auto rows = static_cast<std::size_t>(run_end - run_begin);
+    k_.resize(rows * heads * d);
+    v_.resize(rows * heads * d);
+    const std::int32_t cu[2] = {0, static_cast<std::int32_t>(rows)};
+    const auto start = static_cast<std::int32_t>(run_begin);
+    for (std::size_t l = 0; l < pool.layers.size(); ++l) {
+      const std::int32_t layer = pool.layers[l];
+      for (std::size_t r = 0; r < rows; ++r) {
+        const std::uint64_t seed = seq.seeds->at(run_begin + static_cast<std::int64_t>(r));
+        for (std::size_t h = 0; h < heads; ++h) {
+          const auto global_head = static_cast<std::int32_t>(pool.rank * pool.kv_heads + h);
+          const std::size_t off = (r * heads + h) * d;
+          SyntheticKvHead(seed, layer, 0, global_head, std::span(k_.data() + off, d));
+          SyntheticKvHead(seed, layer, 1, global_head, std::span(v_.data() + off, d));
+        }
+      }
+      AppendKvArgs a;
+      a.pool = attached_.view(pool.index);
+      a.layer = static_cast<std::int32_t>(l);
+      a.num_seqs = 1;
+      a.cu_tokens = cu;
+      a.start_pos = &start;
+      a.block_table = table.data();
+      a.max_blocks_per_seq = static_cast<std::int32_t>(table.size());
+      a.act_dtype = ActDtype::kFP32;
+      a.k = k_.data();
+      a.v = v_.data();
+      a.total_tokens = cu[1];
+      KVMESH_RETURN_IF_ERROR(backend_->AppendKv(a).WithContext(StrCat("append pool ", pool.index)));
+    }
+    run_begin = run_end;
+  }
+  return Status::Ok();
+}
+
+Status Worker::Prefill(Sequence& seq, std::int64_t begin, std::int64_t end) {
+  for (const PoolInfo& pool : pools_) KVMESH_RETURN_IF_ERROR(WriteRange(seq, pool, begin, end));
+  return Status::Ok();
+}
+
+Status Worker::DecodeStep(Sequence& seq, std::int32_t step, SyntheticWorkloadStats& s) {
+  const Token t = static_cast<Token>((seq.seed + static_cast<std::uint64_t>(step) * 7919) %
+                                     static_cast<std::uint64_t>(kTraceVocabSize));
+  KVMESH_ASSIGN_OR_RETURN(const AppendResult appended,
+                          client_->AppendTokens(seq.engine_id, {&t, 1}));
+  for (std::size_t p = 0; p < seq.tables.size() && p < appended.new_blocks.size(); ++p) {
+    std::vector<std::int32_t>& ids = seq.tables[p].block_ids;
+    ids.insert(ids.end(), appended.new_blocks[p].begin(), appended.new_blocks[p].end());
+    for (const std::int64_t pos : appended.released_positions[p]) {
+      if (pos >= 0 && pos < static_cast<std::int64_t>(ids.size()))
+        ids[static_cast<std::size_t>(pos)] = -1;
+    }
+  }
+  const std::int64_t position = seq.seeds->size();
+  seq.seeds->Append({&t, 1});
+  KVMESH_RETURN_IF_ERROR(Prefill(seq, position, position + 1));
+  ++s.decode_tokens;
+  const std::int64_t kv_len = position + 1;
+  const std::span<const std::uint64_t> seeds =
+      seq.seeds->all().first(static_cast<std::size_t>(kv_len));
+  for (const PoolInfo& pool : pools_) {
+    const auto d = static_cast<std::size_t>(pool.head_dim);
+    const std::vector<std::int32_t>& table =
+        seq.tables[static_cast<std::size_t>(pool.index)].block_ids;
+    const std::int32_t group = q_heads_per_rank_ / pool.kv_heads;
+    const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(pool.head_dim));
+    q_.resize(static_cast<std::size_t>(q_heads_per_rank_) * d);
+    out_.resize(q_.size());
+    for (const std::int32_t l : pool.checked_layers) {
+      const std::int32_t layer = pool.layers[static_cast<std::size_t>(l)];
+      for (std::int32_t h = 0; h < q_heads_per_rank_; ++h) {
+        SyntheticQueryHead(seq.seed, step, layer, pool.rank * q_heads_per_rank_ + h,
+                           std::span(q_.data() + static_cast<std::size_t>(h) * d, d));
+      }
+      const auto len32 = static_cast<std::int32_t>(kv_len);
+      DecodeAttentionArgs a;
+      a.pool = attached_.view(pool.index);
+      a.layer = l;
+      a.num_seqs = 1;
+      a.q_len = 1;
+      a.num_q_heads = q_heads_per_rank_;
+      a.kv_lens = &len32;
+      a.block_table = table.data();
+      a.max_blocks_per_seq = static_cast<std::int32_t>(table.size());
+      a.q_dtype = ActDtype::kFP32;
+      a.q = q_.data();
+      a.softmax_scale = softmax_scale;
+      a.sliding_window = pool.window;
+      a.out_dtype = ActDtype::kFP32;
+      a.out = out_.data();
+      KVMESH_RETURN_IF_ERROR(CanImplementDecodeAttention(a));
+      const std::size_t ws = DecodeAttentionWorkspaceBytes(a);
+      if (workspace_.size() < ws) workspace_ = AlignedBuffer::Allocate(ws, 64).value();
+      KVMESH_RETURN_IF_ERROR(backend_->DecodeAttention(a, Workspace{workspace_.data(), ws}));
+      std::vector<double> ref(d);
+      for (std::int32_t h = 0; h < q_heads_per_rank_; ++h) {
+        DenseAttentionQuery rq;
+        rq.seeds = seeds;
+        rq.layer = layer;
+        rq.kv_head = pool.rank * pool.kv_heads + h / group;
+        rq.head_dim = pool.head_dim;
+        rq.window = pool.window;
+        rq.dtype = pool.dtype;
+        rq.pool_scale = pool.pool_scale;
+        rq.softmax_scale = static_cast<double>(softmax_scale);
+        DenseAttention(rq, std::span(q_.data() + static_cast<std::size_t>(h) * d, d), ref);
+        double worst = 0;
+        ++s.checks;
+        const bool ok = AttentionMatches(
+            std::span(out_.data() + static_cast<std::size_t>(h) * d, d), ref, &worst);
+        s.worst_error = std::max(s.worst_error, worst);
+        if (!ok) {
+          ++s.check_failures;
+          Fail(s, StrCat("check failed: request ", seq.engine_id, " pool ", pool.index, " layer ",
+                         layer, " head ", h, " at length ", kv_len, ": max error ", worst));
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+void Worker::Run(std::uint64_t index, const TraceRequest& request, SyntheticWorkloadStats& s) {
+  const std::vector<Token> tokens = TraceTokens(request, options_.block_tokens);
+  ++s.requests;
+  if (tokens.empty()) return;
+  Sequence seq;
+  seq.engine_id = index + 1;
+  seq.seed = index * 0x9e3779b97f4a7c15ull + 1;
+  SequenceOptions so;
+  so.domain.salt = options_.salt;
+  so.domain.lora_id = options_.lora_id;
+  Result<AdmitReply> admitted = client_->Admit(seq.engine_id, tokens, so);
+  if (!admitted.ok()) {
+    ++s.failed_requests;
+    Fail(s, StrCat("admit of request ", seq.engine_id, ": ", admitted.status().ToString()));
+    return;
+  }
+  s.prompt_tokens += static_cast<std::int64_t>(tokens.size());
+  s.reused_tokens += admitted->result.reused_tokens;
+  s.input_blocks +=
+      (static_cast<std::int64_t>(tokens.size()) + tokens_per_block_ - 1) / tokens_per_block_;
+  s.pool_hit_blocks += admitted->pool_hit_blocks;
+  s.host_hit_blocks += admitted->host_hit_blocks;
+  s.disk_hit_blocks += admitted->disk_hit_blocks;
+  seq.tables = std::move(admitted->result.tables);
+  seq.seeds = std::make_unique<PositionSeeds>(namespace_digest_, so.domain, tokens_per_block_);
+  seq.seeds->Append(tokens);
+  const std::int64_t begin = admitted->result.reused_tokens;
+  Status st = Prefill(seq, begin, static_cast<std::int64_t>(tokens.size()));
+  s.computed_tokens += static_cast<std::int64_t>(tokens.size()) - begin;
+  if (st.ok()) st = client_->StoreFullBlocks(seq.engine_id).status();
+  for (std::int32_t step = 0; st.ok() && step < options_.decode_tokens; ++step) {
+    st = DecodeStep(seq, step, s);
+  }
+  if (st.ok()) st = client_->StoreFullBlocks(seq.engine_id).status();
+  const Status released = client_->Release(seq.engine_id);
+  if (st.ok()) st = released;
+  if (!st.ok()) {
+    ++s.failed_requests;
+    Fail(s, StrCat("request ", seq.engine_id, ": ", st.ToString()));
+  }
+}
+
+void Merge(const SyntheticWorkloadStats& a, SyntheticWorkloadStats& into) {
+  into.requests += a.requests;
+  into.failed_requests += a.failed_requests;
+  into.prompt_tokens += a.prompt_tokens;
+  into.reused_tokens += a.reused_tokens;
+  into.computed_tokens += a.computed_tokens;
+  into.input_blocks += a.input_blocks;
+  into.pool_hit_blocks += a.pool_hit_blocks;
+  into.host_hit_blocks += a.host_hit_blocks;
+  into.disk_hit_blocks += a.disk_hit_blocks;
+  into.decode_tokens += a.decode_tokens;
+  into.checks += a.checks;
+  into.check_failures += a.check_failures;
+  into.worst_error = std::max(into.worst_error, a.worst_error);
+  if (into.first_error.empty()) into.first_error = a.first_error;
+}
+
+}  // namespace
+
+std::vector<Token> TraceTokens(const TraceRequest& request, std::int32_t block_tokens) {
+  std::vector<Token> tokens(request.hash_ids.size() * static_cast<std::size_t>(block_tokens));
+  for (std::size_t i = 0; i < request.hash_ids.size(); ++i) {
+    BlockTokens(request.hash_ids[i],
+                std::span(tokens.data() + i * static_cast<std::size_t>(block_tokens),
+                          static_cast<std::size_t>(block_tokens)));
+  }
+  tokens.resize(std::min(
+      tokens.size(), static_cast<std::size_t>(std::max<std::int64_t>(0, request.input_length))));
+  return tokens;
+}
+
+Result<SyntheticWorkloadStats> RunSyntheticWorkload(const SyntheticEngineOptions& options,
+                                                    std::span<const TraceRequest> requests) {
+  if (options.concurrency < 1) {
+    return Status::InvalidArgument(StrCat("concurrency ", options.concurrency, " is below 1"));
+  }
+  if (options.block_tokens < 1) {
+    return Status::InvalidArgument(StrCat("block_tokens ", options.block_tokens, " is below 1"));
+  }
+  NodeClientOptions co = options.client;
+  co.client_name = co.client_name.empty() ? "synthetic-engine" : co.client_name;
+  KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<NodeClient> control, NodeClient::Connect(co));
+  std::vector<int> fds;
+  KVMESH_ASSIGN_OR_RETURN(const rpc::AttachResponse attach, control->Attach(&fds));
+  KVMESH_ASSIGN_OR_RETURN(const AttachedPools attached, AttachedPools::Map(attach, std::move(fds)));
+  KVMESH_ASSIGN_OR_RETURN(const std::vector<PoolInfo> pools,
+                          DescribePools(attached, options.check_all_layers));
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (std::int32_t i = 0; i < options.concurrency; ++i) {
+    KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<NodeClient> c, NodeClient::Connect(co));
+    workers.push_back(std::make_unique<Worker>(options, attached, pools, std::move(c)));
+  }
+  SyntheticWorkloadStats total;
+  std::mutex mu;
+  std::atomic<std::size_t> next{0};
+  std::int64_t done = 0;
+  const auto start = Steady::now();
+  std::vector<std::thread> threads;
+  threads.reserve(workers.size());
+  for (auto& w : workers) {
+    threads.emplace_back([&, worker = w.get()] {
+      for (std::size_t i = next.fetch_add(1); i < requests.size(); i = next.fetch_add(1)) {
+        SyntheticWorkloadStats s;
+        worker->Run(i, requests[i], s);
+        std::lock_guard<std::mutex> lock(mu);
+        Merge(s, total);
+        ++done;
+        if (options.progress) options.progress(done, static_cast<std::int64_t>(requests.size()));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  total.seconds = std::chrono::duration<double>(Steady::now() - start).count();
+  return total;
+}
+
+}  // namespace kvmesh

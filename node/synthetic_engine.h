@@ -1,0 +1,84 @@
+// The synthetic engine: a stand-in for an inference engine that attaches to a kvnode exactly as a
+// real one does and checks everything it reads.
+//
+// For each request of a workload (Mooncake-format trace requests; their hash_ids become tokens
+// through BlockTokens, block_tokens tokens per id):
+//   1. Admit the prompt (salt and LoRA id from the options) → block tables, reused tokens by tier;
+//   2. prefill: K/V of every position from reused_tokens on, every layer, every rank pool, written
+//      through the append kernel (quantise-on-write) straight into the node's shared pools;
+//   3. StoreFullBlocks;
+//   4. decode_tokens decode steps: AppendTokens, append the new position's K/V, then paged decode
+//      attention on the pools (q_len 1, the pool's window) for the checked layers, each output
+//      compared with the dense float64 reference over regenerated K/V (node/synthetic_kv.h) —
+//      a wrong, stale, partial or corrupt block, or one without its scales, is a failed check;
+//   5. Release.
+// Checked layers: every layer (check_all_layers), or the first, the middle and the last local
+// layer of every pool — a check covers every position of the sequence in that layer, reused and
+// restored blocks included.
+//
+// `concurrency` workers, each with its own connection, take requests in trace order. Supported
+// models: pools with kv_factor 2 (K and V; full attention and sliding windows, every dtype and
+// layout, any tensor_parallel_size); an MLA model is kNotSupported.
+//
+// Thread safety: RunSyntheticWorkload may be called from any thread; it blocks until done.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "common/result.h"
+#include "node/client.h"
+#include "pool/trace.h"
+
+namespace kvmesh {
+
+struct SyntheticEngineOptions {
+  NodeClientOptions client;      // address and secret of the node (its Unix socket)
+  std::int32_t concurrency = 2;  // workers, each with its own connection
+  std::int32_t block_tokens = kMooncakeBlockTokens;  // tokens per trace hash id
+  std::int32_t decode_tokens = 2;                    // decode steps (each checked) per request
+  bool check_all_layers = false;
+  std::string salt;  // cache salt of every request (the tenant)
+  std::uint64_t lora_id = 0;
+  std::int32_t kernel_threads = 1;  // CPU backend threads per worker
+  // Called after each request with (done, total); from worker threads, serialised.
+  std::function<void(std::int64_t, std::int64_t)> progress;
+};
+
+struct SyntheticWorkloadStats {
+  std::int64_t requests = 0;
+  std::int64_t failed_requests = 0;  // refused by the node or failed locally (error below)
+  std::int64_t prompt_tokens = 0;
+  std::int64_t reused_tokens = 0;    // the node's reused_tokens, summed
+  std::int64_t computed_tokens = 0;  // prompt tokens written by prefill
+  std::int64_t input_blocks = 0;     // block positions of the prompts
+  std::int64_t pool_hit_blocks = 0;
+  std::int64_t host_hit_blocks = 0;
+  std::int64_t disk_hit_blocks = 0;
+  std::int64_t decode_tokens = 0;
+  std::int64_t checks = 0;  // decode outputs compared with the reference (per layer, head)
+  std::int64_t check_failures = 0;
+  double worst_error = 0;  // largest |kernel - reference| seen
+  double seconds = 0;
+  std::string first_error;  // the first failed request or check, for the report
+
+  [[nodiscard]] double hit_rate() const {
+    return input_blocks == 0
+               ? 0.0
+               : static_cast<double>(pool_hit_blocks + host_hit_blocks + disk_hit_blocks) /
+                     static_cast<double>(input_blocks);
+  }
+};
+
+// Runs the workload. Errors: connecting or attaching fails (then nothing ran), an unsupported
+// model. Failures of single requests and checks are counted in the stats, not returned.
+Result<SyntheticWorkloadStats> RunSyntheticWorkload(const SyntheticEngineOptions& options,
+                                                    std::span<const TraceRequest> requests);
+
+// The prompt tokens of a trace request: its hash ids' tokens (block_tokens each), cut to
+// input_length.
+std::vector<Token> TraceTokens(const TraceRequest& request, std::int32_t block_tokens);
+
+}  // namespace kvmesh

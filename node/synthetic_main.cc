@@ -1,0 +1,186 @@
+// kvmesh-synth: the synthetic engine as a command (node/synthetic_engine.h). It attaches to a
+// running kvnode over its Unix socket, replays a Mooncake trace or a synthetic multi-turn workload
+// through it — prefill into the shared pools, checked decode — and prints what it saw.
+//
+//   kvmesh-synth --socket .kvmesh/node/kvnode.sock --synthetic --conversations 48 --turns 4
+//   kvmesh-synth --socket /run/kvnode.sock --trace conversation_trace.jsonl --limit 200 --json
+//
+// Exit code: 0 when every request ran and every check passed; 1 when a request failed or a check
+// did not match; 2 for a bad command line; 3 when the node could not be reached or attached.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "common/strings.h"
+#include "node/secret.h"
+#include "node/synthetic_engine.h"
+
+namespace {
+
+using kvmesh::StrCat;
+
+struct Flags {
+  std::string socket = ".kvmesh/node/kvnode.sock";
+  kvmesh::SecretSource secret;
+  std::string trace;
+  bool synthetic = false;
+  std::int64_t limit = 0;
+  kvmesh::SyntheticTraceOptions gen;
+  kvmesh::SyntheticEngineOptions engine;
+  bool json = false;
+  bool progress = false;
+};
+
+void PrintText(const kvmesh::SyntheticWorkloadStats& s, const Flags& f) {
+  const double secs = std::max(s.seconds, 1e-9);
+  std::printf(
+      "synthetic engine  %lld requests over %d connections in %.2f s (%.1f requests/s, "
+      "%.0f prompt tokens/s)\n",
+      static_cast<long long>(s.requests), f.engine.concurrency, s.seconds,
+      static_cast<double>(s.requests) / secs, static_cast<double>(s.prompt_tokens) / secs);
+  std::printf("prompt tokens     %lld: reused %lld, computed %lld\n",
+              static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.reused_tokens),
+              static_cast<long long>(s.computed_tokens));
+  std::printf("hit rate          %.4f of %lld block positions: pool %lld, host %lld, disk %lld\n",
+              s.hit_rate(), static_cast<long long>(s.input_blocks),
+              static_cast<long long>(s.pool_hit_blocks), static_cast<long long>(s.host_hit_blocks),
+              static_cast<long long>(s.disk_hit_blocks));
+  std::printf(
+      "checks            %lld decode outputs against the dense reference, %lld failed "
+      "(max error %.2e); %lld decode tokens\n",
+      static_cast<long long>(s.checks), static_cast<long long>(s.check_failures), s.worst_error,
+      static_cast<long long>(s.decode_tokens));
+  if (s.failed_requests > 0 || !s.first_error.empty()) {
+    std::printf("failures          %lld requests; first: %s\n",
+                static_cast<long long>(s.failed_requests), s.first_error.c_str());
+  }
+}
+
+void PrintJson(const kvmesh::SyntheticWorkloadStats& s, const Flags& f) {
+  nlohmann::json j = {
+      {"schema", "kvmesh.synthetic/1"},
+      {"requests", s.requests},
+      {"failed_requests", s.failed_requests},
+      {"concurrency", f.engine.concurrency},
+      {"seconds", s.seconds},
+      {"prompt_tokens", s.prompt_tokens},
+      {"reused_tokens", s.reused_tokens},
+      {"computed_tokens", s.computed_tokens},
+      {"input_blocks", s.input_blocks},
+      {"hits",
+       {{"pool", s.pool_hit_blocks}, {"host", s.host_hit_blocks}, {"disk", s.disk_hit_blocks}}},
+      {"hit_rate", s.hit_rate()},
+      {"decode_tokens", s.decode_tokens},
+      {"checks", s.checks},
+      {"check_failures", s.check_failures},
+      {"worst_error", s.worst_error},
+      {"first_error", s.first_error},
+  };
+  std::cout << j.dump(2) << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app(
+      "kvmesh-synth: a synthetic engine that attaches to a kvnode, replays a workload "
+      "through its shared pools and checks every decode output");
+  app.add_option("--socket", f.socket, "the node's Unix socket")->capture_default_str();
+  app.add_option("--secret", f.secret.value,
+                 "the shared secret (prefer --secret-file or KVMESH_SECRET)");
+  app.add_option("--secret-env", f.secret.env, "environment variable holding the secret");
+  app.add_option("--secret-file", f.secret.file, "file holding the secret");
+  auto* trace = app.add_option("--trace", f.trace, "a Mooncake-format trace (JSONL)");
+  auto* synth = app.add_flag("--synthetic", f.synthetic, "generate a multi-turn workload instead");
+  trace->excludes(synth);
+  app.add_option("--limit", f.limit, "replay only the first N requests (0: all)");
+  app.add_option("--seed", f.gen.seed, "synthetic: seed")->capture_default_str();
+  app.add_option("--conversations", f.gen.conversations, "synthetic: conversations")
+      ->capture_default_str();
+  app.add_option("--turns", f.gen.turns, "synthetic: turns per conversation")
+      ->capture_default_str();
+  app.add_option("--system-prompts", f.gen.system_prompts, "synthetic: shared system prompts")
+      ->capture_default_str();
+  app.add_option("--system-prompt-blocks", f.gen.system_prompt_blocks,
+                 "synthetic: blocks per system prompt")
+      ->capture_default_str();
+  app.add_option("--turn-blocks-min", f.gen.turn_blocks_min, "synthetic: new blocks per turn, min")
+      ->capture_default_str();
+  app.add_option("--turn-blocks-max", f.gen.turn_blocks_max, "synthetic: new blocks per turn, max")
+      ->capture_default_str();
+  app.add_option("--block-tokens", f.engine.block_tokens,
+                 "tokens per trace hash id (512 in the Mooncake traces)")
+      ->capture_default_str();
+  app.add_option("--concurrency", f.engine.concurrency, "connections (workers)")
+      ->capture_default_str();
+  app.add_option("--decode-tokens", f.engine.decode_tokens, "checked decode steps per request")
+      ->capture_default_str();
+  app.add_flag("--check-all-layers", f.engine.check_all_layers,
+               "check every layer (default: first, middle and last of each pool)");
+  app.add_option("--salt", f.engine.salt, "cache salt (tenant) of every request");
+  app.add_flag("--json", f.json, "print kvmesh.synthetic/1 JSON");
+  app.add_flag("--progress", f.progress, "print progress to stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (f.trace.empty() && !f.synthetic) {
+    std::fprintf(stderr, "kvmesh-synth: give --trace FILE or --synthetic\n");
+    return 2;
+  }
+  kvmesh::Result<kvmesh::LoadedSecret> secret = kvmesh::LoadSecret(f.secret);
+  if (!secret.ok()) {
+    std::fprintf(stderr, "kvmesh-synth: %s\n", secret.status().message().c_str());
+    return 2;
+  }
+  std::vector<kvmesh::TraceRequest> requests;
+  if (f.synthetic) {
+    f.gen.block_tokens = f.engine.block_tokens;
+    auto generated = kvmesh::GenerateSyntheticTrace(f.gen);
+    if (!generated.ok()) {
+      std::fprintf(stderr, "kvmesh-synth: %s\n", generated.status().message().c_str());
+      return 2;
+    }
+    requests = std::move(generated).value();
+  } else {
+    auto read = kvmesh::ReadTrace(f.trace, f.limit > 0 ? std::optional(f.limit) : std::nullopt);
+    if (!read.ok()) {
+      std::fprintf(stderr, "kvmesh-synth: %s\n", read.status().message().c_str());
+      return 2;
+    }
+    requests = std::move(read).value();
+  }
+  if (f.limit > 0 && static_cast<std::int64_t>(requests.size()) > f.limit) {
+    requests.resize(static_cast<std::size_t>(f.limit));
+  }
+  if (requests.empty()) {
+    std::fprintf(stderr, "kvmesh-synth: the workload has no requests: nothing to replay\n");
+    return 2;
+  }
+  f.engine.client.address = f.socket;
+  f.engine.client.secret = secret->secret;
+  f.engine.client.client_name = "kvmesh-synth";
+  if (f.progress) {
+    f.engine.progress = [](std::int64_t done, std::int64_t total) {
+      if (done == total || done % 16 == 0) {
+        std::fprintf(stderr, "\rrequests %lld/%lld", static_cast<long long>(done),
+                     static_cast<long long>(total));
+        if (done == total) std::fprintf(stderr, "\n");
+      }
+    };
+  }
+  auto stats = kvmesh::RunSyntheticWorkload(f.engine, requests);
+  if (!stats.ok()) {
+    std::fprintf(stderr, "kvmesh-synth: %s\n", stats.status().ToString().c_str());
+    return 3;
+  }
+  if (f.json) {
+    PrintJson(*stats, f);
+  } else {
+    PrintText(*stats, f);
+  }
+  return stats->check_failures == 0 && stats->failed_requests == 0 ? 0 : 1;
+}

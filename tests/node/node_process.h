@@ -1,0 +1,114 @@
+// For the tests that run real kvnode processes: a kvnode started from a YAML config in a scratch
+// directory, its output captured to files, stopped (SIGTERM, then SIGKILL after a grace period)
+// when the object goes, also when the test fails; and the synthetic engine as a child process.
+// Binaries' paths are compiled in (KVMESH_KVNODE_PATH, KVMESH_SYNTH_PATH).
+//
+// Not thread-safe: tests use it from their main thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "node/client.h"
+
+namespace kvmesh::node_test {
+
+inline constexpr const char* kTestSecret = "kvmesh-test-secret-0123456789";
+
+// A small node config for tests: `data_dir` under `dir`, the secret above, TCP on a free port,
+// qwen2.5-0.5b bf16 (12 KiB per token) in 16-token blocks capped at `max_tokens` tokens, a host
+// tier and a disk tier of the given sizes (0 = none). `extra` is appended (YAML: whole sections).
+std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens = 4096,
+                       const std::string& host_cache = "8MiB", const std::string& disk = "64MiB",
+                       const std::string& extra = "");
+
+struct ExitStatus {
+  bool exited = false;
+  int code = -1;   // exit code when exited
+  int signal = 0;  // the signal that ended it otherwise
+};
+
+// A child process with stdout and stderr in files.
+class ChildProcess {
+ public:
+  static Result<std::unique_ptr<ChildProcess>> Spawn(const std::string& path,
+                                                     const std::vector<std::string>& args,
+                                                     const std::filesystem::path& log_prefix);
+  ~ChildProcess();  // SIGKILL and reap if still running
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  [[nodiscard]] bool running();
+  void Signal(int sig);
+  // Waits up to `timeout`; nullopt while still running.
+  std::optional<ExitStatus> Wait(std::chrono::milliseconds timeout);
+  [[nodiscard]] std::string Stdout() const;
+  [[nodiscard]] std::string Stderr() const;
+
+ private:
+  ChildProcess(pid_t pid, std::filesystem::path out, std::filesystem::path err)
+      : pid_(pid), out_(std::move(out)), err_(std::move(err)) {}
+  pid_t pid_ = -1;
+  std::optional<ExitStatus> status_;
+  std::filesystem::path out_, err_;
+};
+
+// A kvnode process: Start writes dir/kvnode.yaml and waits until a Status call on the Unix socket
+// succeeds (or the process exits: the error then carries its stderr).
+class KvnodeProcess {
+ public:
+  static Result<std::unique_ptr<KvnodeProcess>> Start(
+      const std::filesystem::path& dir, const std::string& yaml,
+      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  ~KvnodeProcess();
+
+  [[nodiscard]] ChildProcess& process() { return *process_; }
+  [[nodiscard]] const std::string& unix_socket() const { return socket_; }
+  [[nodiscard]] const std::string& tcp_address() const { return tcp_; }
+  [[nodiscard]] NodeClientOptions Client(const std::string& name = "test-engine",
+                                         bool tcp = false) const;
+  Result<std::unique_ptr<NodeClient>> Connect(const std::string& name = "test-engine",
+                                              bool tcp = false) const;
+  // SIGTERM, then waits up to `timeout` for the exit.
+  std::optional<ExitStatus> Terminate(std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+ private:
+  std::unique_ptr<ChildProcess> process_;
+  std::string socket_;
+  std::string tcp_;
+};
+
+// Runs kvnode (e.g. --check-config, or a start that must fail) to completion.
+struct RunOutput {
+  ExitStatus status;
+  std::string out;
+  std::string err;
+};
+RunOutput RunToCompletion(const std::string& path, const std::vector<std::string>& args,
+                          const std::filesystem::path& log_prefix,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+std::string KvnodePath();
+std::string SynthPath();
+
+// A fresh directory named after the running test, removed with the object.
+class ScratchDir {
+ public:
+  ScratchDir();
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace kvmesh::node_test
