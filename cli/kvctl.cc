@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "cli/layout_command.h"
 #include "cli/replay_command.h"
+#include "cli/status_command.h"
 
 int main(int argc, char** argv) {
   // Commands return Status for everything they expect; this catch is the last line for what they
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
 
     kvmesh::cli::RegisterLayoutCommand(app, outcome);
     kvmesh::cli::RegisterReplayCommand(app, outcome);
+    kvmesh::cli::RegisterStatusCommand(app, outcome);
 
     try {
       app.parse(argc, argv);

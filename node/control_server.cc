@@ -12,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "common/check.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "common/thread_annotations.h"
@@ -64,11 +65,10 @@ Result<asio::ip::tcp::endpoint> ParseTcpListen(const std::string& text) {
 
 class ControlServer::Impl {
  public:
-  Impl(ControlServerOptions o, RequestHandler* h)
+  explicit Impl(ControlServerOptions o)
       : options(std::move(o)),
-        handler(h),
-        work(asio::make_work_guard(io)),
-        workers(static_cast<std::size_t>(std::max(1, options.worker_threads))) {}
+        workers(static_cast<std::size_t>(std::max(1, options.worker_threads))),
+        work(asio::make_work_guard(io)) {}
 
   Status Bind();
   void Accept(asio::basic_socket_acceptor<Proto>& acceptor, bool local);
@@ -79,10 +79,12 @@ class ControlServer::Impl {
   void Stop();
 
   const ControlServerOptions options;
-  RequestHandler* const handler;
+  RequestHandler* handler = nullptr;  // set once by Serve, before any session exists
+  // Declared before io: handlers still queued in io when it is destroyed hold sessions, whose
+  // worker strands need the pool alive.
+  asio::thread_pool workers;
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work;
-  asio::thread_pool workers;
   std::optional<asio::basic_socket_acceptor<Proto>> unix_acceptor;
   std::optional<asio::basic_socket_acceptor<Proto>> tcp_acceptor;
   std::string tcp_bound;
@@ -195,7 +197,7 @@ class Session : public std::enable_shared_from_this<Session> {
     Result<rpc::Frame> frame = DecodeFramePayload(
         std::span(reinterpret_cast<const std::byte*>(payload_.data()), payload_.size()));
     payload_.clear();
-    payload_.shrink_to_fit();
+    if (payload_.capacity() > (1u << 20)) std::string().swap(payload_);  // keep small buffers
     if (!frame.ok()) {
       server_.bad_frames.fetch_add(1);
       if (phase_ == Phase::kHandshake) {
@@ -468,6 +470,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void OnWritten(error_code ec) {
+    if (phase_ == Phase::kClosed)
+      return;  // out_ is kept (the write's buffer) until the session goes
     if (ec) {
       Close(ec.message());
       return;
@@ -518,7 +522,6 @@ class Session : public std::enable_shared_from_this<Session> {
     socket_.close(ec);
     timer_.cancel();
     event_timer_.cancel();
-    out_.clear();
     server_.connections.fetch_sub(1);
     server_.Unregister(id_);
     if (had_session) {
@@ -703,8 +706,9 @@ void ControlServer::Impl::Stop() {
                       [this]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return sessions.empty(); });
   }
   workers.join();  // every request and every CloseSession posted so far
+  // Every session is closed: io runs out of work once their last handlers (which see the closed
+  // state and do nothing) have run, so no handler holding a session outlives the I/O services.
   work.reset();
-  io.stop();
   for (auto& t : io_threads) t.join();
   io_threads.clear();
   if (!options.unix_socket.empty()) {
@@ -713,16 +717,27 @@ void ControlServer::Impl::Stop() {
   }
 }
 
+Result<std::unique_ptr<ControlServer>> ControlServer::Bind(const ControlServerOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  KVMESH_RETURN_IF_ERROR(impl->Bind());
+  return std::unique_ptr<ControlServer>(new ControlServer(std::move(impl)));
+}
+
+void ControlServer::Serve(RequestHandler* handler) {
+  KVMESH_CHECK(impl_->handler == nullptr && handler != nullptr);
+  impl_->handler = handler;
+  if (impl_->unix_acceptor) impl_->Accept(*impl_->unix_acceptor, /*local=*/true);
+  if (impl_->tcp_acceptor) impl_->Accept(*impl_->tcp_acceptor, /*local=*/false);
+  for (int i = 0; i < std::max(1, impl_->options.io_threads); ++i) {
+    impl_->io_threads.emplace_back([io = &impl_->io] { io->run(); });
+  }
+}
+
 Result<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlServerOptions& options,
                                                             RequestHandler* handler) {
-  auto impl = std::make_unique<Impl>(options, handler);
-  KVMESH_RETURN_IF_ERROR(impl->Bind());
-  if (impl->unix_acceptor) impl->Accept(*impl->unix_acceptor, /*local=*/true);
-  if (impl->tcp_acceptor) impl->Accept(*impl->tcp_acceptor, /*local=*/false);
-  for (int i = 0; i < std::max(1, options.io_threads); ++i) {
-    impl->io_threads.emplace_back([io = &impl->io] { io->run(); });
-  }
-  return std::unique_ptr<ControlServer>(new ControlServer(std::move(impl)));
+  KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<ControlServer> server, Bind(options));
+  server->Serve(handler);
+  return server;
 }
 
 ControlServer::ControlServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -73,9 +73,14 @@ struct ControlServerStats {
 
 class ControlServer {
  public:
-  // Binds the listeners and starts the threads. Errors (kFailedPrecondition, one line each): the
-  // socket path is in use by a running process, the TCP address is in use, an address that does
-  // not parse (kInvalidArgument), a path too long for a Unix socket.
+  // Binds the listeners; nothing is accepted before Serve. Errors (kFailedPrecondition, one line
+  // each): the socket path is in use by a running process, the TCP address is in use, an address
+  // that does not parse (kInvalidArgument), a path too long for a Unix socket. A node binds first,
+  // so that these refusals come before anything slow (opening RocksDB) is done.
+  static Result<std::unique_ptr<ControlServer>> Bind(const ControlServerOptions& options);
+  // Starts accepting and the threads; `handler` must outlive the server. Called once.
+  void Serve(RequestHandler* handler);
+  // Bind, then Serve.
   static Result<std::unique_ptr<ControlServer>> Start(const ControlServerOptions& options,
                                                       RequestHandler* handler);
   ~ControlServer();

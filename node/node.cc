@@ -147,6 +147,11 @@ Status Node::Open(const NodeConfig& config) {
   KVMESH_ASSIGN_OR_RETURN(const LoadedSecret secret, LoadSecret(source));
   if (!secret.warning.empty()) KVMESH_LOG_WARN("{}", secret.warning);
   secret_origin_ = secret.origin;
+  // The listeners first: a socket or port in use is refused before anything slow is done.
+  KVMESH_ASSIGN_OR_RETURN(server_,
+                          ControlServer::Bind(ServerOptions(c, description_.node_id, secret.secret,
+                                                            description_.unix_socket)));
+  description_.tcp_listen = server_->tcp_address();
 
   KVMESH_ASSIGN_OR_RETURN(const ModelSpec model, LoadModel(c.model));
   KVMESH_ASSIGN_OR_RETURN(const ModelSpec rank_model, RankModelSpec(model, c.tensor_parallel_size));
@@ -199,12 +204,8 @@ Status Node::Open(const NodeConfig& config) {
   disk_entries_at_start_ = os.has_disk ? os.disk.entries : 0;
 
   service_ = std::make_unique<EngineService>(description_, cache_.get(), &pools_);
-  KVMESH_ASSIGN_OR_RETURN(
-      server_, ControlServer::Start(
-                   ServerOptions(c, description_.node_id, secret.secret, description_.unix_socket),
-                   service_.get()));
-  description_.tcp_listen = server_->tcp_address();
   service_->SetServer(server_.get());
+  server_->Serve(service_.get());
   return Status::Ok();
 }
 

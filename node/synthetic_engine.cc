@@ -223,27 +223,33 @@ Status Worker::DecodeStep(Sequence& seq, std::int32_t step, SyntheticWorkloadSta
       const std::size_t ws = DecodeAttentionWorkspaceBytes(a);
       if (workspace_.size() < ws) workspace_ = AlignedBuffer::Allocate(ws, 64).value();
       KVMESH_RETURN_IF_ERROR(backend_->DecodeAttention(a, Workspace{workspace_.data(), ws}));
-      std::vector<double> ref(d);
-      for (std::int32_t h = 0; h < q_heads_per_rank_; ++h) {
+      // One reference per KV head, for its group of query heads (contiguous in q and out).
+      std::vector<double> ref(static_cast<std::size_t>(group) * d);
+      for (std::int32_t kvh = 0; kvh < pool.kv_heads; ++kvh) {
         DenseAttentionQuery rq;
         rq.seeds = seeds;
         rq.layer = layer;
-        rq.kv_head = pool.rank * pool.kv_heads + h / group;
+        rq.kv_head = pool.rank * pool.kv_heads + kvh;
         rq.head_dim = pool.head_dim;
         rq.window = pool.window;
         rq.dtype = pool.dtype;
         rq.pool_scale = pool.pool_scale;
         rq.softmax_scale = static_cast<double>(softmax_scale);
-        DenseAttention(rq, std::span(q_.data() + static_cast<std::size_t>(h) * d, d), ref);
-        double worst = 0;
-        ++s.checks;
-        const bool ok = AttentionMatches(
-            std::span(out_.data() + static_cast<std::size_t>(h) * d, d), ref, &worst);
-        s.worst_error = std::max(s.worst_error, worst);
-        if (!ok) {
-          ++s.check_failures;
-          Fail(s, StrCat("check failed: request ", seq.engine_id, " pool ", pool.index, " layer ",
-                         layer, " head ", h, " at length ", kv_len, ": max error ", worst));
+        const std::size_t first = static_cast<std::size_t>(kvh) * group * d;
+        DenseAttention(rq, std::span<const float>(q_.data() + first, ref.size()), ref);
+        for (std::int32_t g = 0; g < group; ++g) {
+          double worst = 0;
+          ++s.checks;
+          const std::size_t off = static_cast<std::size_t>(g) * d;
+          const bool ok = AttentionMatches(std::span<const float>(out_.data() + first + off, d),
+                                           std::span<const double>(ref.data() + off, d), &worst);
+          s.worst_error = std::max(s.worst_error, worst);
+          if (!ok) {
+            ++s.check_failures;
+            Fail(s, StrCat("check failed: request ", seq.engine_id, " pool ", pool.index, " layer ",
+                           layer, " head ", kvh * group + g, " at length ", kv_len, ": max error ",
+                           worst));
+          }
         }
       }
     }

@@ -129,34 +129,38 @@ void DenseAttention(const DenseAttentionQuery& query, std::span<const float> q,
   const std::int64_t p = kv_len - 1;
   const std::int64_t first = query.window > 0 ? std::max<std::int64_t>(0, p - query.window + 1) : 0;
   const auto d = static_cast<std::size_t>(query.head_dim);
+  const std::size_t heads = q.size() / d;
+  const auto keys = static_cast<std::size_t>(kv_len - first);
+  KVMESH_CHECK_EQ(out.size(), q.size());
   std::vector<float> raw(d);
   std::vector<float> k(d);
-  std::vector<float> v(d);
-  std::vector<double> scores(static_cast<std::size_t>(kv_len - first));
-  std::vector<std::vector<float>> values(scores.size(), std::vector<float>(d));
-  double max_score = -INFINITY;
-  for (std::int64_t j = first; j < kv_len; ++j) {
-    const std::uint64_t seed = query.seeds[static_cast<std::size_t>(j)];
+  std::vector<float> values(keys * d);
+  std::vector<double> scores(heads * keys);
+  for (std::size_t j = 0; j < keys; ++j) {
+    const std::uint64_t seed = query.seeds[static_cast<std::size_t>(first) + j];
     SyntheticKvHead(seed, query.layer, 0, query.kv_head, raw);
     StoredRoundTrip(query.dtype, query.pool_scale, raw, k);
     SyntheticKvHead(seed, query.layer, 1, query.kv_head, raw);
-    StoredRoundTrip(query.dtype, query.pool_scale, raw,
-                    values[static_cast<std::size_t>(j - first)]);
-    double dot = 0;
-    for (std::size_t i = 0; i < d; ++i) dot += static_cast<double>(q[i]) * k[i];
-    const double s = dot * query.softmax_scale;
-    scores[static_cast<std::size_t>(j - first)] = s;
-    max_score = std::max(max_score, s);
-  }
-  double sum = 0;
-  for (double& s : scores) {
-    s = std::exp(s - max_score);
-    sum += s;
+    StoredRoundTrip(query.dtype, query.pool_scale, raw, std::span(values.data() + j * d, d));
+    for (std::size_t h = 0; h < heads; ++h) {
+      double dot = 0;
+      for (std::size_t i = 0; i < d; ++i) dot += static_cast<double>(q[h * d + i]) * k[i];
+      scores[h * keys + j] = dot * query.softmax_scale;
+    }
   }
   std::fill(out.begin(), out.end(), 0.0);
-  for (std::size_t j = 0; j < scores.size(); ++j) {
-    const double w = scores[j] / sum;
-    for (std::size_t i = 0; i < d; ++i) out[i] += w * values[j][i];
+  for (std::size_t h = 0; h < heads; ++h) {
+    double* s = scores.data() + h * keys;
+    const double max_score = *std::max_element(s, s + keys);
+    double sum = 0;
+    for (std::size_t j = 0; j < keys; ++j) {
+      s[j] = std::exp(s[j] - max_score);
+      sum += s[j];
+    }
+    for (std::size_t j = 0; j < keys; ++j) {
+      const double w = s[j] / sum;
+      for (std::size_t i = 0; i < d; ++i) out[h * d + i] += w * values[j * d + i];
+    }
   }
 }
 

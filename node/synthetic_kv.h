@@ -79,7 +79,9 @@ struct DenseAttentionQuery {
   double softmax_scale = 1.0;
 };
 
-// out[head_dim] = softmax(scale * q·K^T) V for a query at the last position, in float64.
+// For each of the n = q.size() / head_dim query heads that read this KV head (a GQA group):
+// out[i] = softmax(scale * q_i·K^T) V for a query at the last position, in float64. K and V are
+// regenerated once for the whole group.
 void DenseAttention(const DenseAttentionQuery& query, std::span<const float> q,
                     std::span<double> out);
 

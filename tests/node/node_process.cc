@@ -40,7 +40,7 @@ std::string SynthPath() { return KVMESH_SYNTH_PATH; }
 
 std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens,
                        const std::string& host_cache, const std::string& disk,
-                       const std::string& extra) {
+                       const std::string& extra, const std::string& control_extra) {
   std::ostringstream y;
   y << "node_id: test-node\n"
     << "data_dir: " << (dir / "data").string() << "\n"
@@ -60,8 +60,7 @@ std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens
     << "  tcp_listen: 127.0.0.1:0\n"
     << "  secret: " << kTestSecret << "\n"
     << "  handshake_timeout: 2s\n"
-    << "logging:\n  level: info\n"
-    << extra;
+    << control_extra << extra << "logging:\n  level: info\n";
   return y.str();
 }
 

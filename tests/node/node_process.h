@@ -23,10 +23,12 @@ inline constexpr const char* kTestSecret = "kvmesh-test-secret-0123456789";
 
 // A small node config for tests: `data_dir` under `dir`, the secret above, TCP on a free port,
 // qwen2.5-0.5b bf16 (12 KiB per token) in 16-token blocks capped at `max_tokens` tokens, a host
-// tier and a disk tier of the given sizes (0 = none). `extra` is appended (YAML: whole sections).
+// tier and a disk tier of the given sizes ("" = none). `extra` is added at the top level (whole
+// keys or sections), `control_extra` inside the control section ("  key: value" lines). The last
+// section is logging, so "  format: json\n" appended to the text sets the log format.
 std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens = 4096,
                        const std::string& host_cache = "8MiB", const std::string& disk = "64MiB",
-                       const std::string& extra = "");
+                       const std::string& extra = "", const std::string& control_extra = "");
 
 struct ExitStatus {
   bool exited = false;
@@ -93,7 +95,7 @@ struct RunOutput {
 };
 RunOutput RunToCompletion(const std::string& path, const std::vector<std::string>& args,
                           const std::filesystem::path& log_prefix,
-                          std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                          std::chrono::milliseconds timeout = std::chrono::seconds(180));
 
 std::string KvnodePath();
 std::string SynthPath();

@@ -1,0 +1,203 @@
+// A kvnode's life as an operator sees it: refusals to start with one clear line, the default
+// config, JSON logs, a clean SIGTERM that loses no acknowledged block under load, and a warm
+// restart that finds the last run's blocks on disk.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "tests/node/node_process.h"
+
+namespace kvmesh::node_test {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr std::int32_t kT = 16;
+
+std::vector<Token> Prompt(std::uint32_t seed, std::size_t n) {
+  std::vector<Token> t(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    t[i] = static_cast<Token>((seed * 2654435761u + i * 40503u) % 60000u);
+  }
+  return t;
+}
+
+std::string ReadWhole(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+RunOutput StartExpectingFailure(const ScratchDir& dir, const std::string& name,
+                                const std::string& yaml) {
+  const auto config = dir.path() / (name + ".yaml");
+  { std::ofstream(config) << yaml; }
+  return RunToCompletion(KvnodePath(), {"--config", config.string()}, dir.path() / name,
+                         std::chrono::seconds(30));
+}
+
+TEST(KvnodeLifecycleTest, RefusesToStartWithOneClearLine) {
+  ScratchDir dir;
+  // A bad config names the key and its line.
+  RunOutput bad = StartExpectingFailure(dir, "bad", "kv_cache:\n  tokens_per_blok: 16\n");
+  EXPECT_EQ(bad.status.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr(":2: unknown key 'tokens_per_blok'"));
+  EXPECT_THAT(bad.err, HasSubstr("tokens_per_block"));
+  // An unusable data directory (a file).
+  { std::ofstream(dir.path() / "not-a-dir") << "x"; }
+  std::string file_cfg = TestConfig(dir.path());
+  const std::string data_line = "data_dir: " + (dir.path() / "data").string();
+  file_cfg.replace(file_cfg.find(data_line), data_line.size(),
+                   "data_dir: " + (dir.path() / "not-a-dir").string());
+  RunOutput file_dir = StartExpectingFailure(dir, "filedir", file_cfg);
+  EXPECT_NE(file_dir.status.code, 0);
+  EXPECT_THAT(file_dir.err, HasSubstr("data_dir"));
+  // A data directory another kvnode holds; a socket path and a TCP port in use.
+  ScratchDir first_dir;
+  auto first = KvnodeProcess::Start(first_dir.path(), TestConfig(first_dir.path()));
+  ASSERT_TRUE(first.ok()) << first.status();
+  RunOutput held = StartExpectingFailure(dir, "held", TestConfig(first_dir.path()));
+  EXPECT_EQ(held.status.code, 1);
+  EXPECT_THAT(held.err, HasSubstr("is held by another kvnode (pid"));
+  std::filesystem::create_directories(dir.path() / "other");
+  std::string same_socket = TestConfig(dir.path() / "other");
+  same_socket.replace(same_socket.find((dir.path() / "other" / "kvnode.sock").string()),
+                      (dir.path() / "other" / "kvnode.sock").string().size(),
+                      (*first)->unix_socket());
+  RunOutput sock = StartExpectingFailure(dir, "sock2", same_socket);
+  EXPECT_EQ(sock.status.code, 1);
+  EXPECT_THAT(sock.err, HasSubstr("is in use: another process is listening on it"));
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::string port_cfg = TestConfig(dir.path() / "port");
+  std::filesystem::create_directories(dir.path() / "port");
+  port_cfg.replace(port_cfg.find("127.0.0.1:0"), 11, "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  RunOutput port = StartExpectingFailure(dir, "port", port_cfg);
+  ::close(listener);
+  EXPECT_EQ(port.status.code, 1);
+  EXPECT_THAT(port.err, HasSubstr("tcp_listen 127.0.0.1:"));
+  EXPECT_THAT(port.err, HasSubstr("in use"));
+  // Each refusal is one line.
+  for (const RunOutput* r : {&held, &sock, &port}) {
+    EXPECT_EQ(std::count(r->err.begin(), r->err.end(), '\n'), 1) << r->err;
+  }
+}
+
+TEST(KvnodeLifecycleTest, DefaultConfigAndJsonLogs) {
+  ScratchDir dir;
+  RunOutput def = RunToCompletion(KvnodePath(), {"--print-default-config"}, dir.path() / "def");
+  EXPECT_EQ(def.status.code, 0);
+  EXPECT_EQ(def.out, ReadWhole(std::filesystem::path(KVMESH_SOURCE_DIR) / "configs/kvnode.yaml"));
+  auto node = KvnodeProcess::Start(dir.path(), TestConfig(dir.path()) + "  format: json\n");
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_THAT((*node)->process().Stdout(), HasSubstr("pool 0     full/2x64"));
+  EXPECT_THAT((*node)->process().Stdout(), HasSubstr("kvnode ready"));
+  auto st = (*node)->Terminate();
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->code, 0);
+  std::istringstream lines((*node)->process().Stderr());
+  int parsed = 0;
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << "not a JSON line: " << line;
+    EXPECT_TRUE(j.contains("ts") && j.contains("level") && j.contains("msg"));
+    ++parsed;
+  }
+  EXPECT_GT(parsed, 2);
+}
+
+TEST(KvnodeLifecycleTest, SigtermUnderLoadLosesNoAcknowledgedBlock) {
+  ScratchDir dir;
+  const std::string config = TestConfig(dir.path(), 4096, "8MiB", "96MiB");
+  auto node = KvnodeProcess::Start(dir.path(), config);
+  ASSERT_TRUE(node.ok()) << node.status();
+  std::mutex mu;
+  std::vector<std::uint32_t> acknowledged;
+  std::atomic<int> acks{0};
+  std::vector<std::thread> engines;
+  for (int e = 0; e < 2; ++e) {
+    engines.emplace_back([&, e] {
+      auto c = (*node)->Connect("engine-" + std::to_string(e));
+      if (!c.ok()) return;
+      for (std::uint32_t i = 0; i < 100; ++i) {
+        const std::uint32_t seed = static_cast<std::uint32_t>(e) * 1000 + i;
+        const std::vector<Token> p = Prompt(seed, 3 * kT + 1);
+        if (!(*c)->Admit(i + 1, p).ok()) return;
+        if (!(*c)->StoreFullBlocks(i + 1).ok()) return;  // not acknowledged: not counted
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          acknowledged.push_back(seed);
+        }
+        acks.fetch_add(1);
+        if (!(*c)->Release(i + 1).ok()) return;
+      }
+    });
+  }
+  while (acks.load() < 30) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  (*node)->process().Signal(SIGTERM);  // while both engines are still sending
+  for (auto& t : engines) t.join();
+  auto st = (*node)->process().Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_TRUE(st->exited);
+  EXPECT_EQ(st->code, 0) << (*node)->process().Stderr();
+  node->reset();
+  ASSERT_LT(acknowledged.size(), 200u);
+  auto restarted = KvnodeProcess::Start(dir.path(), config);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  auto c = (*restarted)->Connect();
+  ASSERT_TRUE(c.ok());
+  for (const std::uint32_t seed : acknowledged) {
+    auto l = (*c)->Lookup(Prompt(seed, 3 * kT + 1));
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ(l->pool_tokens() + l->host_tokens() + l->disk_tokens(), 3 * kT)
+        << "acknowledged prompt " << seed << " lost";
+  }
+}
+
+TEST(KvnodeLifecycleTest, WarmRestartServesTheLastRunsBlocksFromDisk) {
+  ScratchDir dir;
+  const std::string config = TestConfig(dir.path(), 4096, "8MiB", "96MiB");
+  const std::vector<std::string> synth = {
+      "--socket", (dir.path() / "kvnode.sock").string(), "--secret", kTestSecret, "--synthetic",
+      "--conversations", "10", "--turns", "2", "--block-tokens", "32", "--system-prompts", "2",
+      "--decode-tokens", "1"};
+  {
+    auto node = KvnodeProcess::Start(dir.path(), config);
+    ASSERT_TRUE(node.ok()) << node.status();
+    RunOutput first = RunToCompletion(SynthPath(), synth, dir.path() / "first");
+    EXPECT_EQ(first.status.code, 0) << first.out << first.err;
+    auto st = (*node)->Terminate();
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->code, 0);
+    EXPECT_THAT((*node)->process().Stdout(), HasSubstr("kvnode stopped"));
+  }
+  auto node = KvnodeProcess::Start(dir.path(), config);
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_THAT((*node)->process().Stdout(), ::testing::Not(HasSubstr(", 0 blocks from earlier runs")));
+  RunOutput second = RunToCompletion(SynthPath(), synth, dir.path() / "second");
+  EXPECT_EQ(second.status.code, 0) << second.out << second.err;
+  // Every prompt of the first run's first turns is now found on disk, and decoded correctly.
+  EXPECT_THAT(second.out, ::testing::ContainsRegex("disk [1-9][0-9]*"));
+  EXPECT_THAT(second.out, HasSubstr(", 0 failed"));
+}
+
+}  // namespace
+}  // namespace kvmesh::node_test
