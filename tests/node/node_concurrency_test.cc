@@ -53,10 +53,13 @@ TEST(NodeConcurrencyTest, ManyClientsAndAShutdownUnderLoad) {
           continue;
         }
         ok.fetch_add(1);
-        if (!(*c)->StoreFullBlocks(i + 1).ok()) return;
+        // A full pool refuses some calls (resource_exhausted): the engine goes on; only a closed
+        // connection (the shutdown) ends it.
+        (*c)->StoreFullBlocks(i + 1).status().IgnoreError();
         const Token t = 7;
-        if (!(*c)->AppendTokens(i + 1, {&t, 1}).ok()) return;
-        if (i % 3 != 0 && !(*c)->Release(i + 1).ok()) return;  // every third left running
+        (*c)->AppendTokens(i + 1, {&t, 1}).status().IgnoreError();
+        if (i % 3 != 0) (*c)->Release(i + 1).IgnoreError();  // every third left running
+        if (!(*c)->connected()) return;
       }
     });
   }
