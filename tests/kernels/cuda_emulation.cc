@@ -137,6 +137,10 @@ struct Warp {
   int live = 32;
   LaneIn in[32];
   LaneOut out[32];
+  // Shuffles (the most frequent collective) skip the byte slots.
+  std::uint32_t shuffle_value[32];
+  std::uint32_t shuffle_mask[32];
+  std::uint32_t shuffle_out[32];
 };
 
 class Block {
@@ -147,6 +151,7 @@ class Block {
   // From inside a fiber.
   void ArriveAtWarpOp(WarpOp op, const void* in, std::size_t in_bytes, void* out,
                       std::size_t out_bytes);
+  std::uint32_t ArriveAtShuffle(std::uint32_t value, std::uint32_t lane_mask);
   void ArriveAtBarrier();
   void Fail(std::string message);  // never returns
   Fiber& current() { return fibers_[current_]; }
@@ -169,18 +174,38 @@ class Block {
   void SwitchAway(bool final_switch);
   void Resume(unsigned int i);
   void FinishThread();
-  void PushReady(unsigned int i) { ready_[(ready_head_ + ready_count_++) % threads_] = i; }
+  void PushReady(unsigned int i) { ready_[(ready_head_ + ready_count_++) & ready_mask_] = i; }
   unsigned int PopReady() {
     const unsigned int i = ready_[ready_head_];
-    ready_head_ = (ready_head_ + 1) % threads_;
+    ready_head_ = (ready_head_ + 1) & ready_mask_;
     --ready_count_;
     return i;
+  }
+  // After the warp op of the current lane's warp resolved: its waiting lanes become ready.
+  void WakeWarp(Warp& w) {
+    w.arrived = 0;
+    const unsigned int base = current_ & ~31u;
+    for (unsigned int l = 0; l < 32; ++l) {
+      Fiber& f = fibers_[base + l];
+      if (f.state == FiberState::kAtWarpOp) {
+        f.state = FiberState::kReady;
+        PushReady(base + l);
+      }
+    }
+  }
+  void CheckSameOp(Warp& w, WarpOp op) {
+    if (w.arrived == 0) {
+      w.op = op;
+    } else if (w.op != op) {
+      Fail(StrCat("lanes of warp ", current_ / 32, " at different collectives: ", WarpOpName(w.op),
+                  " and ", WarpOpName(op), " (thread ", current_, ")"));
+    }
   }
 
   std::vector<Fiber> fibers_;
   std::vector<Warp> warps_;
-  std::vector<unsigned int>
-      ready_;  // a ring of threads_ entries: each thread is in it at most once
+  std::vector<unsigned int> ready_;  // a ring (power of two >= threads_): each thread at most once
+  unsigned int ready_mask_ = 0;
   unsigned int ready_head_ = 0;
   unsigned int ready_count_ = 0;
   bool from_scheduler_ = false;  // the switch in progress left the scheduler
@@ -336,7 +361,10 @@ Status Block::Run(unsigned int threads, std::size_t shared_bytes, void (*body)(c
   body_ = body;
   arg_ = arg;
   error_.clear();
-  ready_.assign(threads, 0);
+  unsigned int ring = 1;
+  while (ring < threads) ring *= 2;
+  ready_.assign(ring, 0);
+  ready_mask_ = ring - 1;
   ready_head_ = 0;
   ready_count_ = 0;
   for (unsigned int i = 0; i < threads; ++i) {
@@ -399,28 +427,31 @@ Status Block::Run(unsigned int threads, std::size_t shared_bytes, void (*body)(c
   return Status::Ok();
 }
 
+std::uint32_t Block::ArriveAtShuffle(std::uint32_t value, std::uint32_t lane_mask) {
+  const unsigned int lane = current_ & 31u;
+  Warp& w = warps_[current_ / 32];
+  CheckSameOp(w, WarpOp::kShuffle);
+  w.shuffle_value[lane] = value;
+  w.shuffle_mask[lane] = lane_mask;
+  if (++w.arrived == w.live) {
+    for (int l = 0; l < 32; ++l) w.shuffle_out[l] = w.shuffle_value[(l ^ w.shuffle_mask[l]) & 31];
+    WakeWarp(w);
+  } else {
+    current().state = FiberState::kAtWarpOp;
+    SwitchAway(false);
+  }
+  return w.shuffle_out[lane];
+}
+
 void Block::ArriveAtWarpOp(WarpOp op, const void* in, std::size_t in_bytes, void* out,
                            std::size_t out_bytes) {
-  const unsigned int lane = current_ % 32;
+  const unsigned int lane = current_ & 31u;
   Warp& w = warps_[current_ / 32];
-  if (w.arrived == 0) {
-    w.op = op;
-  } else if (w.op != op) {
-    Fail(StrCat("lanes of warp ", current_ / 32, " at different collectives: ", WarpOpName(w.op),
-                " and ", WarpOpName(op), " (thread ", current_, ")"));
-  }
+  CheckSameOp(w, op);
   std::memcpy(w.in[lane].bytes, in, in_bytes);
   if (++w.arrived == w.live) {
     Resolve(w);
-    w.arrived = 0;
-    const unsigned int base = current_ / 32 * 32;
-    for (unsigned int l = 0; l < 32; ++l) {
-      Fiber& f = fibers_[base + l];
-      if (f.state == FiberState::kAtWarpOp) {
-        f.state = FiberState::kReady;
-        PushReady(base + l);
-      }
-    }
+    WakeWarp(w);
   } else {
     current().state = FiberState::kAtWarpOp;
     SwitchAway(false);
@@ -444,6 +475,18 @@ void Block::ArriveAtBarrier() {
   SwitchAway(false);
 }
 
+// bytes (4, 8 or 16; dst and src aligned to it) as 32-bit words: cheaper than memcpy/memset
+// calls, which ASan intercepts.
+void CopyWords(void* dst, const void* src, int bytes) {
+  auto* d = static_cast<std::uint32_t*>(dst);
+  const auto* s = static_cast<const std::uint32_t*>(src);
+  for (int i = 0; i < bytes / 4; ++i) d[i] = s[i];
+}
+void FillWords(void* dst, std::uint32_t word, int bytes) {
+  auto* d = static_cast<std::uint32_t*>(dst);
+  for (int i = 0; i < bytes / 4; ++i) d[i] = word;
+}
+
 std::uint16_t Load16(const std::uint8_t* p) {
   std::uint16_t v;
   std::memcpy(&v, p, 2);
@@ -458,14 +501,7 @@ float Widen(std::uint32_t word, int half, bool bf16) {
 void Block::Resolve(Warp& w) {
   switch (w.op) {
     case WarpOp::kNone: return;
-    case WarpOp::kShuffle: {
-      for (int l = 0; l < 32; ++l) {
-        std::uint32_t mask;
-        std::memcpy(&mask, w.in[l].bytes + 4, 4);
-        std::memcpy(w.out[l].bytes, w.in[(l ^ mask) & 31].bytes, 4);
-      }
-      return;
-    }
+    case WarpOp::kShuffle: return;  // ArriveAtShuffle
     case WarpOp::kLoadMatrix:
     case WarpOp::kLoadMatrixTrans: {
       const std::uint8_t* rows[32];
@@ -537,10 +573,7 @@ Status RunBlock(unsigned int threads, std::size_t shared_bytes, void (*body)(con
 }
 
 std::uint32_t ShuffleXor(std::uint32_t value, unsigned int lane_mask) {
-  const std::uint32_t in[2] = {value, lane_mask};
-  std::uint32_t out = 0;
-  CurrentBlock().ArriveAtWarpOp(WarpOp::kShuffle, in, sizeof(in), &out, sizeof(out));
-  return out;
+  return CurrentBlock().ArriveAtShuffle(value, lane_mask);
 }
 
 void SyncThreads() { CurrentBlock().ArriveAtBarrier(); }
@@ -557,7 +590,7 @@ void CopyAsync(void* dst, const void* src, int bytes, bool valid) {
     b.Fail(StrCat("thread ", b.current_index(), ": cp.async of ", bytes,
                   " bytes from a misaligned source"));
   }
-  std::memset(dst, 0xFF, bytes);  // undefined until the wait
+  FillWords(dst, 0xFFFFFFFFu, bytes);  // undefined until the wait
   b.current().open_group.push_back(PendingCopy{dst, src, bytes, valid});
 }
 
@@ -572,9 +605,9 @@ void WaitAsyncCopies(int pending) {
   while (f.committed.size() > static_cast<std::size_t>(pending)) {
     for (const PendingCopy& c : f.committed.front()) {
       if (c.valid) {
-        std::memcpy(c.dst, c.src, c.bytes);
+        CopyWords(c.dst, c.src, c.bytes);
       } else {
-        std::memset(c.dst, 0, c.bytes);
+        FillWords(c.dst, 0, c.bytes);
       }
     }
     f.committed.pop_front();
