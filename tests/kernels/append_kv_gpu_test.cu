@@ -175,6 +175,19 @@ TEST(AppendKvGpu, UnknownTokenCount) {
   }
 }
 
+// A small append of the quantising formats: the case scripts/gpu-check runs under
+// compute-sanitizer.
+TEST(AppendKvGpu, SmallCaseForSanitizers) {
+  KVMESH_SKIP_WITHOUT_CUDA_DEVICE();
+  for (KvDtype d : {KvDtype::kFP8, KvDtype::kNVFP4}) {
+    Case c;
+    c.g = SmallGeometry(d, KvLayout::kHND, 2, 16, 128);
+    c.tokens = {3, 20};
+    c.starts = {0, 9};
+    RunCase(c);
+  }
+}
+
 // Review finding: a total_tokens hint of 0 returned OK without launching (the header promises that
 // a wrong hint costs speed, never correctness).
 TEST(AppendKvGpu, ZeroTokenCountHintStillWritesEveryRow) {
