@@ -83,12 +83,16 @@ struct DecodeParams {
   SplitWorkspaceLayout workspace;
 };
 
-template <int kHeadDim, Codec kCodec>
+template <int kHeadDim, Codec kCodec, int kRows>
 struct Shape {
   static constexpr int kBits = kCodec == Codec::k16Bit ? 16 : (kCodec == Codec::k8Bit ? 8 : 4);
   static constexpr int kRowBytes = kHeadDim * kBits / 8;
-  static constexpr int kLaneBytes = 8 * kBits / 8;  // each lane owns 8 dims
-  static constexpr int kLanes = kHeadDim / 8;       // lanes per token slot
+  // Dims a lane owns: 8, or 16 for the 8-bit and 4-bit codecs with 4 rows (docs/kernels-perf.md:
+  // twice the keys per pass halves the per-key cost of the shuffles and the softmax; with 8 rows
+  // the q and accumulator registers would not fit).
+  static constexpr int kElems = kCodec != Codec::k16Bit && kRows == 4 ? 16 : 8;
+  static constexpr int kLaneBytes = kElems * kBits / 8;
+  static constexpr int kLanes = kHeadDim / kElems;  // lanes per token slot
   static constexpr int kSlotsPerWarp = 32 / kLanes;
   static constexpr int kSlots = kWarps * kSlotsPerWarp;
   // About 16 KiB of K+V per stage.
@@ -108,29 +112,43 @@ struct Shape {
 template <class S, int kRows>
 constexpr int SharedBytes() {
   constexpr int stages = kStages * S::kStageBytes;
-  constexpr int merge = kWarps * kRows * (S::kLanes * 8 + 2) * 4;
+  constexpr int merge = kWarps * kRows * (S::kLanes * S::kElems + 2) * 4;
   return stages > merge ? stages : merge;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Loading a tile
 
+// Chunk c = threadIdx.x + i * kThreads of the tile's 2 × kTile × kChunksPerRow: since kChunksPerRow
+// divides kThreads, a thread copies the same 16-byte chunk of its rows in every iteration and tile,
+// and iteration i's row (K or V, token) is a constant offset from the thread's first: the loop is
+// unrolled and only the block lookup and the block/slot offsets are computed per chunk (the first
+// version recomputed every index and a 64-bit address of six terms per chunk: 73 instructions per
+// 16-byte copy in the SASS, docs/kernels-perf.md).
 template <class S>
 __device__ void IssueTile(const DecodeParams& p, std::uint8_t* stage, const std::int32_t* table,
                           int t0, int end, std::int64_t data_head, std::int64_t scale_head) {
+  static_assert(
+      kThreads % S::kChunksPerRow == 0 && (2 * S::kTile * S::kChunksPerRow) % kThreads == 0,
+      "every thread copies the same chunk of whole rows");
+  constexpr int kIters = 2 * S::kTile * S::kChunksPerRow / kThreads;
+  constexpr int kItersPerKv = kIters / 2;
+  constexpr int kTokensPerIter = kThreads / S::kChunksPerRow;
   const int tpb_mask = (1 << p.tpb_shift) - 1;
-  constexpr int kRowsChunks = S::kTile * S::kChunksPerRow;
-  for (int c = threadIdx.x; c < 2 * kRowsChunks; c += kThreads) {
-    const int kv = c / kRowsChunks;
-    const int tt = c % kRowsChunks / S::kChunksPerRow;
-    const int chunk = c % S::kChunksPerRow;
+  const int chunk = threadIdx.x % S::kChunksPerRow;
+  const int tt0 = threadIdx.x / S::kChunksPerRow;
+  const std::uint8_t* const row_base = p.data + data_head + chunk * 16;
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int kv = i / kItersPerKv;
+    const int tt = tt0 + (i % kItersPerKv) * kTokensPerIter;
     const int pos = t0 + tt;
     const std::int32_t block = pos < end ? __ldg(table + (pos >> p.tpb_shift)) : -1;
     const bool ok = block >= 0 && block < p.num_blocks;
     const std::uint8_t* src = p.data;
     if (ok) {
-      src += block * p.data_block_bytes + data_head + kv * p.data_kv_bytes +
-             (pos & tpb_mask) * p.data_token_bytes + chunk * 16;
+      src = row_base + (kv == 0 ? 0 : p.data_kv_bytes) + block * p.data_block_bytes +
+            (pos & tpb_mask) * p.data_token_bytes;
     }
     hw::CopyAsync<16>(stage + kv * S::kKvBytes + tt * S::kRowBytes + chunk * 16, src, ok);
     if (kv == 0 && chunk == 0) stage[S::kValidOffset + tt] = ok ? 1 : 0;
@@ -165,17 +183,28 @@ __device__ __forceinline__ float Int8ToFloatExact(std::uint32_t biased_word, int
   return __uint_as_float(__byte_perm(biased_word, 0x4B000000u, 0x7650u + i)) - 8388736.0f;
 }
 
-// NVFP4 byte (two E2M1 nibbles, low first) → FP16 pair equal to the two values × 2^-14.
-__device__ __forceinline__ float2 E2M1PairToFloat2(std::uint32_t byte) {
-  const std::uint32_t h = ((byte & 0x7u) << 9) | ((byte & 0x8u) << 12) | ((byte & 0x70u) << 21) |
-                          ((byte & 0x80u) << 24);
-  return hw::HalfPairToFloat2(h);
+// NVFP4: nibbles k and k + 4 of a word of eight E2M1 codes (the dims 8j + k and 8j + k + 4 of the
+// word's 8) → the two values × 2^-14 as floats: with the pair 16 bits apart, one shift and two
+// masks place both halves' sign and magnitude bits as FP16 bit patterns at once.
+template <int k>
+__device__ __forceinline__ float2 E2M1NibblesToFloat2(std::uint32_t word) {
+  const std::uint32_t y = (word >> (4 * k)) & 0x000F000Fu;
+  return hw::HalfPairToFloat2(((y & 0x00070007u) << 9) | ((y & 0x00080008u) << 12));
 }
 
+// The dim (within the lane's slice) of element e of DecodeLane's output: NVFP4 pairs dims k, k + 4
+// of each 8 (E2M1NibblesToFloat2); the other codecs keep the order.
 template <Codec kCodec>
+__device__ __forceinline__ constexpr int ElementDim(int e) {
+  if constexpr (kCodec == Codec::kNvfp4) return e / 8 * 8 + (e % 2) * 4 + e % 8 / 2;
+  return e;
+}
+
+template <Codec kCodec, int kElems>
 __device__ __forceinline__ void DecodeLane(const DecodeParams& p, const std::uint8_t* row_bytes,
-                                           float (&x)[8]) {
+                                           float (&x)[kElems]) {
   if constexpr (kCodec == Codec::k16Bit) {
+    static_assert(kElems == 8);
     const uint4 raw = *reinterpret_cast<const uint4*>(row_bytes);
     const std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
@@ -190,10 +219,17 @@ __device__ __forceinline__ void DecodeLane(const DecodeParams& p, const std::uin
       }
     }
   } else if constexpr (kCodec == Codec::k8Bit) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(row_bytes);
-    const std::uint32_t w[2] = {raw.x, raw.y};
+    constexpr int kWords = kElems / 4;
+    std::uint32_t w[kWords];
+    if constexpr (kWords == 4) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(row_bytes);
+      w[0] = raw.x, w[1] = raw.y, w[2] = raw.z, w[3] = raw.w;
+    } else {
+      const uint2 raw = *reinterpret_cast<const uint2*>(row_bytes);
+      w[0] = raw.x, w[1] = raw.y;
+    }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kWords; ++i) {
       if (p.int8) {
         const std::uint32_t biased = w[i] ^ 0x80808080u;
 #pragma unroll
@@ -208,17 +244,27 @@ __device__ __forceinline__ void DecodeLane(const DecodeParams& p, const std::uin
       }
     }
   } else {
-    const std::uint32_t w = *reinterpret_cast<const std::uint32_t*>(row_bytes);
+    constexpr int kWords = kElems / 8;
+    std::uint32_t w[kWords];
+    if constexpr (kWords == 2) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(row_bytes);
+      w[0] = raw.x, w[1] = raw.y;
+    } else {
+      w[0] = *reinterpret_cast<const std::uint32_t*>(row_bytes);
+    }
 #pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const float2 f = E2M1PairToFloat2((w >> (8 * b)) & 0xFFu);
-      x[2 * b] = f.x;
-      x[2 * b + 1] = f.y;
+    for (int i = 0; i < kWords; ++i) {
+      const float2 f0 = E2M1NibblesToFloat2<0>(w[i]);
+      const float2 f1 = E2M1NibblesToFloat2<1>(w[i]);
+      const float2 f2 = E2M1NibblesToFloat2<2>(w[i]);
+      const float2 f3 = E2M1NibblesToFloat2<3>(w[i]);
+      x[8 * i] = f0.x, x[8 * i + 1] = f0.y, x[8 * i + 2] = f1.x, x[8 * i + 3] = f1.y;
+      x[8 * i + 4] = f2.x, x[8 * i + 5] = f2.y, x[8 * i + 6] = f3.x, x[8 * i + 7] = f3.y;
     }
   }
 }
 
-// NVFP4: the factor of a lane's 8 elements: UE4M3 block scale × 2^14 (undoes E2M1PairToFloat2).
+// NVFP4: the factor of a 16-element block: UE4M3 block scale × 2^14 (undoes E2M1NibblesToFloat2).
 __device__ __forceinline__ float Nvfp4LaneFactor(std::uint8_t sf) {
   return hw::HalfPairToFloat2(hw::E4M3PairToHalfPair(sf)).x * 16384.0f;
 }
@@ -226,10 +272,10 @@ __device__ __forceinline__ float Nvfp4LaneFactor(std::uint8_t sf) {
 // ---------------------------------------------------------------------------------------------
 // The split kernel
 
-template <int kRows>
+template <int kRows, int kElems>
 struct RowState {
-  float q[kRows][8];
-  float acc[kRows][8];
+  float q[kRows][kElems];
+  float acc[kRows][kElems];
   float m[kRows];
   float l[kRows];
   int query_pos[kRows];  // -1: the row is outside the group (never sees a key)
@@ -237,7 +283,7 @@ struct RowState {
 
 template <class S, Codec kCodec, int kRows>
 __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const std::uint8_t* stage,
-                                            int t0, RowState<kRows>& st) {
+                                            int t0, RowState<kRows, S::kElems>& st) {
   const int lane = threadIdx.x & 31;
   const int slot = (threadIdx.x >> 5) * S::kSlotsPerWarp + lane / S::kLanes;
   const int sub = lane % S::kLanes;
@@ -250,18 +296,19 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const std::ui
     // Invalid tokens were zero-filled: the dot below is 0 and the token is masked afterwards, so
     // every lane runs the same shuffles.
     const bool token_ok = stage[S::kValidOffset + tt] != 0;
-    float x[8];
-    DecodeLane<kCodec>(p, stage + tt * S::kRowBytes + sub * S::kLaneBytes, x);
+    float x[S::kElems];
+    DecodeLane<kCodec, S::kElems>(p, stage + tt * S::kRowBytes + sub * S::kLaneBytes, x);
     float lane_factor = 1.0f;
     if constexpr (kCodec == Codec::kNvfp4) {
-      lane_factor = Nvfp4LaneFactor(stage[S::kScaleOffset + tt * S::kScaleBytes + sub / 2]);
+      lane_factor =
+          Nvfp4LaneFactor(stage[S::kScaleOffset + tt * S::kScaleBytes + sub * S::kElems / 16]);
     }
     float s[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       float dot = 0.0f;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) dot = fmaf(st.q[r][e], x[e], dot);
+      for (int e = 0; e < S::kElems; ++e) dot = fmaf(st.q[r][e], x[e], dot);
       s[r] = dot * lane_factor;
     }
 #pragma unroll
@@ -292,7 +339,7 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const std::ui
           const float f = exp2f(st.m[r] - score);  // 0 for the row's first key (m = -inf)
           st.l[r] *= f;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) st.acc[r][e] *= f;
+          for (int e = 0; e < S::kElems; ++e) st.acc[r][e] *= f;
           st.m[r] = score;
         }
         const float prob = exp2f(score - st.m[r]);
@@ -302,10 +349,11 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const std::ui
       }
     }
     if (!any) continue;  // no shuffles below: slots may diverge
-    DecodeLane<kCodec>(p, stage + S::kKvBytes + tt * S::kRowBytes + sub * S::kLaneBytes, x);
+    DecodeLane<kCodec, S::kElems>(p, stage + S::kKvBytes + tt * S::kRowBytes + sub * S::kLaneBytes,
+                                  x);
     if constexpr (kCodec == Codec::kNvfp4) {
-      const float f =
-          Nvfp4LaneFactor(stage[S::kScaleOffset + (S::kTile + tt) * S::kScaleBytes + sub / 2]);
+      const float f = Nvfp4LaneFactor(
+          stage[S::kScaleOffset + (S::kTile + tt) * S::kScaleBytes + sub * S::kElems / 16]);
 #pragma unroll
       for (int r = 0; r < kRows; ++r) pv[r] *= f;
     }
@@ -313,17 +361,18 @@ __device__ __forceinline__ void ComputeTile(const DecodeParams& p, const std::ui
     for (int r = 0; r < kRows; ++r) {
       if (pv[r] != 0.0f) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) st.acc[r][e] = fmaf(pv[r], x[e], st.acc[r][e]);
+        for (int e = 0; e < S::kElems; ++e) st.acc[r][e] = fmaf(pv[r], x[e], st.acc[r][e]);
       }
     }
   }
 }
 
 // Merges the slots of a warp (shuffles), then the warps (shared memory), and writes the rows.
-template <class S, int kRows>
-__device__ void FinishSplit(const DecodeParams& p, std::uint8_t* smem, RowState<kRows>& st, int seq,
-                            int kv_head, int row0, int split) {
-  constexpr int kDim = S::kLanes * 8;
+template <class S, Codec kCodec, int kRows>
+__device__ void FinishSplit(const DecodeParams& p, std::uint8_t* smem,
+                            RowState<kRows, S::kElems>& st, int seq, int kv_head, int row0,
+                            int split) {
+  constexpr int kDim = S::kLanes * S::kElems;
 #pragma unroll
   for (int offset = S::kLanes; offset < 32; offset *= 2) {
 #pragma unroll
@@ -335,7 +384,7 @@ __device__ void FinishSplit(const DecodeParams& p, std::uint8_t* smem, RowState<
       const float f_other = attention::RescaleFactor(m_other, m_new);
       st.l[r] = st.l[r] * f_self + l_other * f_other;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
+      for (int e = 0; e < S::kElems; ++e) {
         const float a_other = __shfl_xor_sync(0xFFFFFFFFu, st.acc[r][e], offset);
         st.acc[r][e] = st.acc[r][e] * f_self + a_other * f_other;
       }
@@ -351,7 +400,10 @@ __device__ void FinishSplit(const DecodeParams& p, std::uint8_t* smem, RowState<
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc_smem[(warp * kRows + r) * kDim + lane * 8 + e] = st.acc[r][e];
+      for (int e = 0; e < S::kElems; ++e) {
+        acc_smem[(warp * kRows + r) * kDim + lane * S::kElems + ElementDim<kCodec>(e)] =
+            st.acc[r][e];
+      }
       if (lane == 0) {
         ml_smem[(warp * kRows + r) * 2] = st.m[r];
         ml_smem[(warp * kRows + r) * 2 + 1] = st.l[r];
@@ -394,7 +446,7 @@ __device__ void FinishSplit(const DecodeParams& p, std::uint8_t* smem, RowState<
 
 template <int kHeadDim, Codec kCodec, int kRows>
 __global__ void __launch_bounds__(kThreads, 2) DecodeAttentionKernel(DecodeParams p) {
-  using S = Shape<kHeadDim, kCodec>;
+  using S = Shape<kHeadDim, kCodec, kRows>;
   KVMESH_DYNAMIC_SHARED(smem);
 
   const int tile_index = static_cast<int>(blockIdx.x % p.row_tiles);
@@ -407,9 +459,9 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeAttentionKernel(DecodeParam
                                       p.workspace.num_splits, split, S::kTile);
   const std::int32_t* table = p.block_table + std::int64_t{seq} * p.max_blocks_per_seq;
 
-  RowState<kRows> st;
+  RowState<kRows, S::kElems> st;
   const int row0 = tile_index * kRows;
-  const int lane_dim = (threadIdx.x & 31) % S::kLanes * 8;
+  const int lane_dim = (threadIdx.x & 31) % S::kLanes * S::kElems;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int row = row0 + r;
@@ -419,9 +471,11 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeAttentionKernel(DecodeParam
     st.query_pos[r] = valid ? kv_len - p.q_len + j : -1;
     const std::int64_t q_base = ((std::int64_t{seq} * p.q_len + j) * p.num_q_heads + h) * kHeadDim;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
+    for (int e = 0; e < S::kElems; ++e) {
       st.q[r][e] =
-          valid ? attention::LoadAct(p.q_dtype, p.q, q_base + lane_dim + e) * p.q_scale : 0.0f;
+          valid ? attention::LoadAct(p.q_dtype, p.q, q_base + lane_dim + ElementDim<kCodec>(e)) *
+                      p.q_scale
+                : 0.0f;
       st.acc[r][e] = 0.0f;
     }
     st.m[r] = -INFINITY;
@@ -454,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, 2) DecodeAttentionKernel(DecodeParam
   }
   hw::WaitAsyncCopies<0>();
   __syncthreads();  // the stages become the merge area
-  FinishSplit<S, kRows>(p, smem, st, seq, kv_head, row0, split);
+  FinishSplit<S, kCodec, kRows>(p, smem, st, seq, kv_head, row0, split);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -538,7 +592,7 @@ Status DispatchDecode(const DecodeInstance& i, F&& f) {
 
 template <int kHeadDim, Codec kCodec, int kRows>
 constexpr int SharedBytesOf() {
-  return SharedBytes<Shape<kHeadDim, kCodec>, kRows>();
+  return SharedBytes<Shape<kHeadDim, kCodec, kRows>, kRows>();
 }
 
 // Everything one launch needs: the kernel's parameters, its instantiation and grid, and the
