@@ -10,15 +10,17 @@
 // (the GQA group × the q_len query tokens of one KV head, 4 or 8 at a time), so every K and V byte
 // is read from memory once per row tile.
 //
-// Inside a tile, a "token slot" of kLanes = head_dim / 8 lanes handles one token at a time, each
-// lane owning 8 consecutive dims: it dequantises its 8 K elements in registers (BF16/FP16 widen;
-// FP8 through cvt.f16x2.e4m3x2; INT8 through the 2^23 magic number; NVFP4 nibbles placed into FP16
-// bit patterns, times the UE4M3 block scale), dots them with its slice of every query row held in
-// registers, all-reduces the partial dots over the slot's lanes with shuffles, runs the online
-// softmax (rescaling only when the running max grows by more than 2^8, exact either way), and
-// accumulates P·V for its 8 dims. At the end the slots of a warp merge through shuffles, the warps
-// through shared memory, and the CTA writes the output (one split) or its partial (out, lse) to the
-// workspace, which CombineSplitsKernel merges.
+// Inside a tile, a "token slot" of kLanes = head_dim / kElems lanes handles one token at a time,
+// each lane owning kElems dims (8; 16 for the 8-bit and NVFP4 kernels of 4 rows, so that a warp
+// pass covers twice the keys — docs/kernels-perf.md): it dequantises its K elements in registers
+// (BF16/FP16 widen; FP8 through cvt.f16x2.e4m3x2; INT8 through the 2^23 magic number; NVFP4 nibbles
+// placed into FP16 bit patterns two at a time, times the UE4M3 block scale), dots them with its
+// slice of every query row held in registers, all-reduces the partial dots over the slot's lanes
+// with shuffles, runs the online softmax (rescaling only when the running max grows by more than
+// 2^8, exact either way; a -inf score is not visible, as on the CPU), and accumulates P·V for its
+// dims. At the end the slots of a warp merge through shuffles, the warps through shared memory, and
+// the CTA writes the output (one split) or its partial (out, lse) to the workspace, which
+// CombineSplitsKernel merges.
 //
 // Scale folding (same value as quantize.h up to FP32 rounding): the per-token FP32 scale of fp8 and
 // int8 multiplies the dot product and the probability instead of every element; the pool-wide
