@@ -151,6 +151,7 @@ template <typename T>
 DeviceMemory Upload(const std::vector<T>& host) {
   DeviceMemory d(host.size() * sizeof(T));
   BENCH_CHECK_CUDA(cudaMemcpy(d.get(), host.data(), d.bytes(), cudaMemcpyHostToDevice));
+  BENCH_CHECK_CUDA(cudaDeviceSynchronize());  // pageable upload complete before any stream reads it
   return d;
 }
 

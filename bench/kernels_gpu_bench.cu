@@ -171,6 +171,9 @@ bool BenchAppend(cudaStream_t s, const Baselines& base) {
   BENCH_CUDA(cudaMemcpy(d_cu.get(), cu.data(), cu.size() * 4, cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaMemcpy(d_start.get(), start.data(), start.size() * 4, cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaMemcpy(d_table.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  // Pageable uploads on the legacy stream: wait for them, the kernels run on a non-blocking stream
+  // that does not (review finding).
+  BENCH_CUDA(cudaDeviceSynchronize());
   FillBf16Kernel<<<1024, 256, 0, s>>>(static_cast<std::uint16_t*>(k.get()), input_elems, 1);
   FillBf16Kernel<<<1024, 256, 0, s>>>(static_cast<std::uint16_t*>(v.get()), input_elems, 2);
   BENCH_CUDA(cudaGetLastError());

@@ -10,12 +10,15 @@
 // Completion: validates with CanImplementAppendKv / CanImplementAppendIndexK (kInvalidArgument /
 // kNotSupported, nothing enqueued), enqueues one kernel on `stream` and returns; the pool is
 // written when the stream reaches that point. A launch failure is kCudaError with the CUDA error
-// text. The index arrays live in device memory and are not read on the host: a row whose block id
-// or position is out of range is skipped by the kernel (see "Validation" in kernels/append_kv.h).
+// text (kernels/cuda/cuda_status.h: an error is reported by the call that saw it, never again by a
+// later launch). The index arrays live in device memory and are not read on the host: a row whose
+// block id or position is out of range is skipped by the kernel (see "Validation" in
+// kernels/append_kv.h).
 //
-// Limit: one launch numbers its rows (total_tokens × kv_factor × num_kv_heads, or × quant blocks
-// for the indexer) in 32 bits: at most 2^31 - 1 rows (a larger known total_tokens is kNotSupported;
-// split the batch).
+// Rows: the kernel counts the rows (tokens × kv_factor × num_kv_heads, or × quant blocks for the
+// indexer) from cu_tokens on the device, in 64 bits; total_tokens only sizes the grid, so a wrong
+// or zero hint launches too few or too many CTAs (looping or idle), never skips or clamps rows. An
+// empty batch with total_tokens 0 still costs one short launch.
 //
 // Mapping: a group of 1..32 lanes per (token, kv, head) row, 16 elements per lane, 16-byte loads
 // and stores when the inputs, strides and pool allow it; the per-row amax (fp8, int8) is a shuffle

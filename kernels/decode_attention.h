@@ -6,10 +6,10 @@
 // sliding_window is 0), in the pool's layer `layer`, dequantising K and V on read:
 //   out = softmax(softmax_scale * q·K^T) V,   lse = log(sum(exp(softmax_scale * q·K^T)))  (natural
 //   log)
-// Every query row sees at least its own key, so out and lse are always defined.
-// GQA/MQA/MHA: query head h reads KV head h / (num_q_heads / num_kv_heads).
-// Position p of sequence i is in block block_table[i * max_blocks_per_seq + p / tokens_per_block],
-// slot p % tokens_per_block.
+// Every query row sees at least its own key, so out and lse are always defined. A key whose score
+// is -inf (an infinite K or q element) counts as not visible, on both backends. GQA/MQA/MHA: query
+// head h reads KV head h / (num_q_heads / num_kv_heads). Position p of sequence i is in block
+// block_table[i * max_blocks_per_seq + p / tokens_per_block], slot p % tokens_per_block.
 //
 // Dequantisation on read is the arithmetic of kernels/quantize.h (Dequantize*Element): bf16/fp16
 // widen; fp8 and int8 code × the FP32 scale of (token, head) from the scale pool; fp8_per_tensor

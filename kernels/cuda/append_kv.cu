@@ -10,17 +10,12 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "common/strings.h"
 #include "kernels/append_kv_cuda.h"
 #include "kernels/cuda/append_kv.cuh"
+#include "kernels/cuda/cuda_status.h"
 
 namespace kvmesh::cuda {
 namespace {
-
-Status CudaStatus(cudaError_t err) {
-  return Status::CudaError(
-      StrCat("LaunchAppendKv: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-}
 
 // Blocks of the kernel one SM holds at once (computed once: a node's GPUs are of one kind).
 template <typename In>
@@ -29,7 +24,7 @@ int ResidentBlocksPerSm() {
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, AppendRowsKernel<In>, kThreads, 0) !=
         cudaSuccess) {
-      (void)cudaGetLastError();  // clear it; fall back to a guess
+      ClearStaleCudaError();  // fall back to a guess; not an error of anybody's launch
       n = 4;
     }
     return std::max(n, 1);
@@ -41,27 +36,15 @@ template <typename In>
 Status LaunchRows(const AppendParams& p, std::int32_t total_tokens, cudaStream_t stream) {
   int device = 0;
   int sms = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess)
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err != cudaSuccess) return CudaStatus(err);
-  // Without a token count, one resident wave loops over the rows; with one, enough blocks for one
-  // row group per lane group, up to a few waves.
+  KVMESH_RETURN_IF_ERROR(CudaCallStatus(cudaGetDevice(&device), "LaunchAppendKv: cudaGetDevice"));
+  KVMESH_RETURN_IF_ERROR(
+      CudaCallStatus(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                     "LaunchAppendKv: cudaDeviceGetAttribute"));
   const std::int64_t resident = std::int64_t{sms} * ResidentBlocksPerSm<In>();
-  std::int64_t ctas = resident;
-  if (total_tokens >= 0) {
-    const std::int64_t rows = std::int64_t{total_tokens} * p.kv_factor * p.heads * p.subs;
-    if (rows == 0) return Status::Ok();
-    if (rows > kMaxRows) {
-      return Status::NotSupported(StrCat("append: ", rows, " rows in one launch (at most ",
-                                         kMaxRows, "): split the batch"));
-    }
-    const std::int64_t rows_per_cta = kThreads / p.group;
-    ctas = std::clamp<std::int64_t>((rows + rows_per_cta - 1) / rows_per_cta, 1, 4 * resident);
-  }
+  const std::int64_t ctas = AppendCtas(p, total_tokens, resident);
+  ClearStaleCudaError();
   AppendRowsKernel<In><<<static_cast<unsigned int>(ctas), kThreads, 0, stream>>>(p);
-  err = cudaGetLastError();
-  return err == cudaSuccess ? Status::Ok() : CudaStatus(err);
+  return LaunchStatus("LaunchAppendKv");
 }
 
 Status Launch(const AppendParams& p, ActDtype act, std::int32_t total_tokens, void* stream) {

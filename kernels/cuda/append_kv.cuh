@@ -11,7 +11,9 @@
 // not change the result. NVFP4 block scales cover exactly one chunk and need no reduction.
 //
 // Rows whose block id or position is out of range are skipped (the host cannot read device-side
-// tables before the launch; see kernels/append_kv.h).
+// tables before the launch; see kernels/append_kv.h). The kernel counts rows from cu_tokens itself
+// (64-bit: a launch may have more than 2^31 rows when the host did not know the token count), so
+// the host's token count only sizes the grid (AppendCtas): a wrong one costs speed, never rows.
 //
 // Everything here has internal linkage (an unnamed namespace in a header, on purpose): the CUDA
 // build and the CPU emulation each get their own copy, never one another's symbols.
@@ -19,6 +21,7 @@
 // Must not be compiled with -ftz=true or --use_fast_math (see kernels/quantize.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/append_kv.h"
@@ -30,8 +33,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kChunk = 16;  // elements per lane and step
-// Rows of one launch (tokens × kv × heads × quant blocks) are numbered in 32 bits.
-constexpr std::int64_t kMaxRows = (std::int64_t{1} << 31) - 1;
+// Launches of up to kMaxRows32 rows (tokens × kv × heads × quant blocks) locate a row with 32-bit
+// divisions, larger ones with 64-bit divisions (a warp-uniform choice).
+constexpr std::int64_t kMaxRows32 = (std::int64_t{1} << 31) - 1;
 
 // What a row is quantised to.
 enum class RowFormat : std::uint8_t {
@@ -225,18 +229,28 @@ struct RowTarget {
   std::int32_t token;
 };
 
-// REQUIRES r < 2^31 (kMaxRows): the row's indices come from 32-bit divisions, several times cheaper
-// than 64-bit ones on the GPU (they are per row, beside 16..64 bytes of memory traffic per lane).
-__device__ __forceinline__ RowTarget LocateRow(const AppendParams& p, std::int32_t first,
-                                               std::int64_t r) {
+// The rows of the launch: every (token, kv, head, sub) of the batch, as cu_tokens says (not
+// clamped: more than 2^31 rows are located with 64-bit divisions).
+__host__ __device__ __forceinline__ std::int64_t LaunchRows(const AppendParams& p) {
+  const std::int32_t first = p.cu_tokens[0];
+  const std::int32_t end = p.cu_tokens[p.num_seqs];
+  return end > first ? std::int64_t{end - first} * p.kv_factor * p.heads * p.subs : 0;
+}
+
+// Index is std::uint32_t (REQUIRES r <= kMaxRows32) or std::uint64_t: the row's indices come from
+// divisions, and 32-bit ones are several times cheaper than 64-bit ones on the GPU (they are per
+// row, beside 16..64 bytes of memory traffic per lane).
+template <typename Index>
+__host__ __device__ __forceinline__ RowTarget LocateRow(const AppendParams& p, std::int32_t first,
+                                                        std::int64_t r) {
   RowTarget t{};
-  auto rest = static_cast<std::uint32_t>(r);
-  t.sub = static_cast<int>(rest % static_cast<std::uint32_t>(p.subs));
-  rest /= static_cast<std::uint32_t>(p.subs);
-  t.head = static_cast<int>(rest % static_cast<std::uint32_t>(p.heads));
-  rest /= static_cast<std::uint32_t>(p.heads);
-  t.kv = static_cast<int>(rest % static_cast<std::uint32_t>(p.kv_factor));
-  t.token = first + static_cast<std::int32_t>(rest / static_cast<std::uint32_t>(p.kv_factor));
+  auto rest = static_cast<Index>(r);
+  t.sub = static_cast<int>(rest % static_cast<Index>(p.subs));
+  rest /= static_cast<Index>(p.subs);
+  t.head = static_cast<int>(rest % static_cast<Index>(p.heads));
+  rest /= static_cast<Index>(p.heads);
+  t.kv = static_cast<int>(rest % static_cast<Index>(p.kv_factor));
+  t.token = first + static_cast<std::int32_t>(rest / static_cast<Index>(p.kv_factor));
   // The last sequence whose first row is at or before the token.
   int lo = 0, hi = p.num_seqs - 1;
   while (lo < hi) {
@@ -259,9 +273,8 @@ __device__ __forceinline__ RowTarget LocateRow(const AppendParams& p, std::int32
 template <typename In>
 __global__ void __launch_bounds__(kThreads) AppendRowsKernel(AppendParams p) {
   const std::int32_t first = p.cu_tokens[0];
-  const std::int32_t end = p.cu_tokens[p.num_seqs];
-  const std::int64_t rows =
-      end > first ? min(std::int64_t{end - first} * p.kv_factor * p.heads * p.subs, kMaxRows) : 0;
+  const std::int64_t rows = LaunchRows(p);
+  const bool wide_rows = rows > kMaxRows32;  // uniform over the grid
   const int g = p.group;
   const int lane = static_cast<int>(threadIdx.x) & (g - 1);
   const int groups_per_warp = 32 / g;
@@ -278,7 +291,9 @@ __global__ void __launch_bounds__(kThreads) AppendRowsKernel(AppendParams p) {
   for (std::int64_t base = warp * groups_per_warp; base < rows; base += warps * groups_per_warp) {
     const std::int64_t r = base + group_in_warp;
     RowTarget t{};
-    if (r < rows) t = LocateRow(p, first, r);
+    if (r < rows) {
+      t = wide_rows ? LocateRow<std::uint64_t>(p, first, r) : LocateRow<std::uint32_t>(p, first, r);
+    }
     const In* in = nullptr;
     if (t.valid) {
       in = static_cast<const In*>(p.input[t.kv]) + std::int64_t{t.token} * p.token_stride +
@@ -334,6 +349,18 @@ __global__ void __launch_bounds__(kThreads) AppendRowsKernel(AppendParams p) {
 
 // ---------------------------------------------------------------------------------------------
 // Host side.
+
+// CTAs of a launch: with the host's token count (>= 0), enough for one row group per lane group, at
+// least one and at most 4 resident waves; without it (-1), one resident wave that loops over the
+// rows. Never 0: the count is a hint (a 0 that is wrong must not skip the rows; an empty batch
+// costs one short launch).
+inline std::int64_t AppendCtas(const AppendParams& p, std::int32_t total_tokens,
+                               std::int64_t resident_ctas) {
+  if (total_tokens < 0) return resident_ctas;
+  const std::int64_t rows = std::int64_t{total_tokens} * p.kv_factor * p.heads * p.subs;
+  const std::int64_t rows_per_cta = kThreads / p.group;
+  return std::clamp<std::int64_t>((rows + rows_per_cta - 1) / rows_per_cta, 1, 4 * resident_ctas);
+}
 
 bool Aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 

@@ -1,109 +1,26 @@
 // Device code shared by the decode-attention and MLA CUDA kernels
-// (kernels/cuda/decode_attention.cu, kernels/cuda/mla_decode.cu): asynchronous global→shared copies
-// (cp.async, sm_80+), tensor-core fragments (ldmatrix, mma.sync m16n8k16), activation loads and
-// stores, the split-combine kernel and the launch-error check. Included only by .cu files of
-// kernels/cuda.
+// (kernels/cuda/decode_attention.cuh, kernels/cuda/mla_decode.cuh): activation loads and stores,
+// the merge rule of online-softmax states and the split-combine kernel; the launch of the combine
+// kernel for the .cu launchers. The device code compiles as plain C++ against the CPU emulation
+// (tests/kernels/cuda_emulation.h, included first), which runs it on the host; the launch is built
+// only by nvcc.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
+#include <cmath>
 #include <cstdint>
 
-#include "common/status.h"
-#include "common/strings.h"
 #include "kernels/attention_split.h"
+#include "kernels/cuda/device_ops.cuh"
 #include "kernels/kernel_types.h"
+
+#if !defined(KVMESH_CUDA_EMULATION)
+#include "kernels/cuda/cuda_status.h"
+#endif
 
 namespace kvmesh::cuda::attention {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
-
-// --------------------------------------------------------------------------------------------
-// cp.async: `bytes` (4, 8 or 16) from global `src` to shared `dst`; with valid == false nothing is
-// read and the destination is zero-filled (src-size 0), so a tile past the end of a sequence holds
-// zeros, which decode to 0 in every cache format.
-
-__device__ __forceinline__ std::uint32_t SharedAddress(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-
-template <int kBytes>
-__device__ __forceinline__ void CopyAsync(void* dst, const void* src, bool valid) {
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
-  const std::uint32_t src_size = valid ? kBytes : 0;
-  if constexpr (kBytes == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddress(dst)),
-                 "l"(src), "r"(src_size)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(SharedAddress(dst)),
-                 "l"(src), "n"(kBytes), "r"(src_size)
-                 : "memory");
-  }
-}
-
-__device__ __forceinline__ void CommitAsyncCopies() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// Waits until at most kPending committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void WaitAsyncCopies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// --------------------------------------------------------------------------------------------
-// Tensor cores: mma.sync m16n8k16 with FP32 accumulation, fragments loaded with ldmatrix.
-// A (16x16, row-major): a[0] rows g, cols 2t..2t+1; a[1] rows g+8; a[2] rows g, cols 8+2t; a[3]
-// rows g+8, cols 8+2t (g = lane / 4, t = lane % 4). B (16x8, k x n): b[0] k = 2t..2t+1, n = g;
-// b[1] k = 8+2t... C (16x8): c[0..1] row g, cols 2t..2t+1; c[2..3] row g+8.
-
-__device__ __forceinline__ void LoadMatrixX4(std::uint32_t (&r)[4], const void* row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SharedAddress(row_address)));
-}
-
-__device__ __forceinline__ void LoadMatrixX4Transposed(std::uint32_t (&r)[4],
-                                                       const void* row_address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SharedAddress(row_address)));
-}
-
-// c += a · b with BF16 (kBf16) or FP16 inputs.
-template <bool kBf16>
-__device__ __forceinline__ void MmaM16N8K16(float (&c)[4], const std::uint32_t (&a)[4],
-                                            std::uint32_t b0, std::uint32_t b1) {
-  if constexpr (kBf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Two floats as a packed BF16 or FP16 pair (x in the low half), round to nearest.
-template <bool kBf16>
-__device__ __forceinline__ std::uint32_t PackPair(float x, float y) {
-  if constexpr (kBf16) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
-    return *reinterpret_cast<const std::uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(x, y);
-    return *reinterpret_cast<const std::uint32_t*>(&v);
-  }
-}
 
 // --------------------------------------------------------------------------------------------
 // Activations
@@ -113,8 +30,10 @@ __device__ __forceinline__ float LoadAct(ActDtype dtype, const void* base, std::
   switch (dtype) {
     case ActDtype::kFP32: return __ldg(static_cast<const float*>(base) + i);
     case ActDtype::kBF16:
-      return __bfloat162float(__ldg(static_cast<const __nv_bfloat16*>(base) + i));
-    case ActDtype::kFP16: return __half2float(__ldg(static_cast<const __half*>(base) + i));
+      return __uint_as_float(std::uint32_t{__ldg(static_cast<const std::uint16_t*>(base) + i)}
+                             << 16);
+    case ActDtype::kFP16:
+      return hw::HalfBitsToFloat(__ldg(static_cast<const std::uint16_t*>(base) + i));
   }
   return 0.0f;
 }
@@ -123,8 +42,8 @@ __device__ __forceinline__ float LoadAct(ActDtype dtype, const void* base, std::
 __device__ __forceinline__ void StorePair(ActDtype dtype, void* base, std::int64_t i, float x,
                                           float y) {
   if (dtype == ActDtype::kBF16) {
-    *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(base) + i) =
-        __floats2bfloat162_rn(x, y);
+    *reinterpret_cast<std::uint32_t*>(static_cast<std::uint16_t*>(base) + i) =
+        hw::PackPair<true>(x, y);
   } else {
     *reinterpret_cast<float2*>(static_cast<float*>(base) + i) = make_float2(x, y);
   }
@@ -195,26 +114,15 @@ __global__ void __launch_bounds__(kThreads) CombineSplitsKernel(CombineParams p)
   }
 }
 
-inline Status LaunchCombine(const CombineParams& p, cudaStream_t stream) {
+#if !defined(KVMESH_CUDA_EMULATION)
+// Launches the combine of p.layout's splits; kCudaError naming `launcher` when the launch fails.
+inline Status LaunchCombine(const CombineParams& p, cudaStream_t stream, const char* launcher) {
   if (p.layout.rows == 0) return Status::Ok();
+  ClearStaleCudaError();
   CombineSplitsKernel<kCombineThreads>
       <<<static_cast<unsigned int>(p.layout.rows), kCombineThreads, 0, stream>>>(p);
-  return Status::Ok();
+  return LaunchStatus(launcher);
 }
-
-// kCudaError naming `what` with CUDA's text, or OK.
-inline Status CheckCuda(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  return Status::CudaError(
-      StrCat(what, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-}
-
-// kCudaError with the launcher's name and CUDA's text, or OK.
-inline Status LaunchStatus(const char* launcher) {
-  const cudaError_t err = cudaGetLastError();
-  if (err == cudaSuccess) return Status::Ok();
-  return Status::CudaError(
-      StrCat(launcher, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-}
+#endif
 
 }  // namespace kvmesh::cuda::attention

@@ -12,15 +12,16 @@
 #include "kernels/append_kv_cuda.h"
 #include "kernels/backend.h"
 #include "kernels/block_copy_cuda.h"
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/decode_attention_cuda.h"
 #include "kernels/mla_decode_cuda.h"
 
 namespace kvmesh {
 namespace {
 
+// (Clears the thread's last error too, so that no later launch reports this failure as its own.)
 Status CudaStatus(std::string_view what, cudaError_t err) {
-  return Status::CudaError(
-      StrCat(what, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
+  return cuda::CudaCallStatus(err, what);
 }
 
 // Owns one non-blocking CUDA stream of one device.

@@ -31,18 +31,16 @@ using testing::MakeArgs;
 using testing::MakeInputs;
 using testing::SmallGeometry;
 
-void EmulateRows(const cuda::AppendParams& p, ActDtype act, unsigned int grid) {
+Status EmulateRows(const cuda::AppendParams& p, ActDtype act, unsigned int grid) {
   switch (act) {
     case ActDtype::kFP32:
-      EmulateGrid(&cuda::AppendRowsKernel<float>, p, grid, 1, cuda::kThreads, true);
-      break;
+      return EmulateGrid(&cuda::AppendRowsKernel<float>, p, grid, 1, cuda::kThreads, true);
     case ActDtype::kBF16:
-      EmulateGrid(&cuda::AppendRowsKernel<Bf16>, p, grid, 1, cuda::kThreads, true);
-      break;
+      return EmulateGrid(&cuda::AppendRowsKernel<Bf16>, p, grid, 1, cuda::kThreads, true);
     case ActDtype::kFP16:
-      EmulateGrid(&cuda::AppendRowsKernel<Fp16>, p, grid, 1, cuda::kThreads, true);
-      break;
+      return EmulateGrid(&cuda::AppendRowsKernel<Fp16>, p, grid, 1, cuda::kThreads, true);
   }
+  return Status::InvalidArgument("unknown act dtype");
 }
 
 struct Case {
@@ -86,7 +84,7 @@ void RunCase(const Case& c) {
     *inputs[kv] = dst;
   }
   ASSERT_TRUE(CanImplementAppendKv(a).ok());
-  EmulateRows(cuda::MakeAppendKvParams(a), c.act, c.grid);
+  KVMESH_ASSERT_OK(EmulateRows(cuda::MakeAppendKvParams(a), c.act, c.grid));
   ExpectSamePool(emulated, expected);
 }
 
@@ -221,7 +219,7 @@ TEST(AppendKvEmulation, IndexerFp8AndFp4) {
       a.total_tokens = b.total_tokens();
       ASSERT_TRUE(cpu::AppendIndexK(a, nullptr).ok());
       a.pool = emulated.view;
-      EmulateRows(cuda::MakeAppendIndexKParams(a), a.act_dtype, 2);
+      KVMESH_ASSERT_OK(EmulateRows(cuda::MakeAppendIndexKParams(a), a.act_dtype, 2));
       ExpectSamePool(emulated, expected);
     }
   }
@@ -247,8 +245,63 @@ TEST(AppendKvEmulation, OutOfRangeRowsAreSkipped) {
       cpu::AppendKv(MakeArgs(expected.view, only0, in, ActDtype::kBF16, 0, false), nullptr).ok());
   const AppendKvArgs a = MakeArgs(emulated.view, b, in, ActDtype::kBF16, 0, false);
   ASSERT_TRUE(CanImplementAppendKv(a).ok());
-  EmulateRows(cuda::MakeAppendKvParams(a), ActDtype::kBF16, 2);
+  KVMESH_ASSERT_OK(EmulateRows(cuda::MakeAppendKvParams(a), ActDtype::kBF16, 2));
   ExpectSamePool(emulated, expected);
+}
+
+// Review finding: a total_tokens hint of 0 made the launcher return OK without launching. The grid
+// comes from AppendCtas: at least one CTA, which loops over the rows cu_tokens gives.
+TEST(AppendKvEmulation, ZeroTokenCountHintStillWritesEveryRow) {
+  for (const std::int32_t hint : {0, 1, -1}) {
+    SCOPED_TRACE(hint);
+    const KvPoolLayout layout =
+        MakeKvPoolLayout(SmallGeometry(KvDtype::kFP8, KvLayout::kHND, 4, 16, 128)).value();
+    const AppendBatch b = MakeAppendBatch({9, 40, 3}, {0, 7, 30}, 16, 12, 21);
+    HostPool expected(layout, 12, 1.0f, 22);
+    HostPool emulated(expected);
+    const AppendInputs in = MakeInputs(layout.data(), b, ActDtype::kBF16, false, 23);
+    ASSERT_TRUE(
+        cpu::AppendKv(MakeArgs(expected.view, b, in, ActDtype::kBF16, 0, false), nullptr).ok());
+    AppendKvArgs a = MakeArgs(emulated.view, b, in, ActDtype::kBF16, 0, false);
+    a.total_tokens = hint;
+    const cuda::AppendParams p = cuda::MakeAppendKvParams(a);
+    const std::int64_t ctas = cuda::AppendCtas(p, a.total_tokens, /*resident_ctas=*/4);
+    EXPECT_GE(ctas, 1);
+    KVMESH_ASSERT_OK(EmulateRows(p, ActDtype::kBF16, static_cast<unsigned int>(ctas)));
+    ExpectSamePool(emulated, expected);
+  }
+}
+
+// Review finding: with an unknown token count, more than 2^31 - 1 rows were clamped on the device.
+// The row count is 64-bit and rows past 2^31 are located with 64-bit divisions.
+TEST(AppendKvEmulation, MoreThan2To31RowsAreCountedAndLocated) {
+  const KvPoolLayout layout =
+      MakeKvPoolLayout(SmallGeometry(KvDtype::kBF16, KvLayout::kHND, 8, 16, 64)).value();
+  const std::int32_t cu[] = {0, 1 << 30};
+  const std::int32_t start[] = {0};
+  const std::int32_t table[] = {0};
+  AppendKvArgs a;
+  a.pool.layout = layout;
+  a.pool.num_blocks = 1;
+  a.num_seqs = 1;
+  a.cu_tokens = cu;
+  a.start_pos = start;
+  a.block_table = table;
+  a.max_blocks_per_seq = 1;
+  const cuda::AppendParams p = cuda::MakeAppendKvParams(a);
+  const std::int64_t rows = std::int64_t{1} << 34;  // 2^30 tokens × K, V × 8 heads
+  EXPECT_EQ(cuda::LaunchRows(p), rows);
+  const std::int64_t r = (std::int64_t{1} << 33) + 8 + 5;  // token 2^29, V, head 5
+  const cuda::RowTarget t = cuda::LocateRow<std::uint64_t>(p, 0, r);
+  EXPECT_EQ(t.token, 1 << 29);
+  EXPECT_EQ(t.kv, 1);
+  EXPECT_EQ(t.head, 5);
+  EXPECT_FALSE(t.valid);  // position 2^29 is past the one-block table: skipped, not wrapped
+  const cuda::RowTarget low = cuda::LocateRow<std::uint32_t>(p, 0, 8 + 5);
+  EXPECT_EQ(low.token, 0);
+  EXPECT_EQ(low.kv, 1);
+  EXPECT_EQ(low.head, 5);
+  EXPECT_TRUE(low.valid);
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ struct Case {
   std::vector<int> starts = {0, 5, 4, 16, 9, 30};
   int shift = 0;  // bytes the device input is moved by (misalignment)
   bool unknown_total = false;
+  bool zero_total = false;  // a wrong total_tokens hint of 0
 };
 
 std::int64_t BlocksFor(const Case& c) {
@@ -73,6 +74,7 @@ void RunCase(const Case& c) {
   a.k = arrays.input(0);
   a.v = layout.data().kv_factor == 2 ? arrays.input(1) : nullptr;
   if (c.unknown_total) a.total_tokens = -1;
+  if (c.zero_total) a.total_tokens = 0;
   const Status s = cuda::LaunchAppendKv(a, nullptr);
   ASSERT_TRUE(s.ok()) << s;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -171,6 +173,44 @@ TEST(AppendKvGpu, UnknownTokenCount) {
     c.starts = {3, 0, 31};
     RunCase(c);
   }
+}
+
+// A small append of the quantising formats: the case scripts/gpu-check runs under
+// compute-sanitizer.
+TEST(AppendKvGpu, SmallCaseForSanitizers) {
+  KVMESH_SKIP_WITHOUT_CUDA_DEVICE();
+  for (KvDtype d : {KvDtype::kFP8, KvDtype::kNVFP4}) {
+    Case c;
+    c.g = SmallGeometry(d, KvLayout::kHND, 2, 16, 128);
+    c.tokens = {3, 20};
+    c.starts = {0, 9};
+    RunCase(c);
+  }
+}
+
+// Review finding: a total_tokens hint of 0 returned OK without launching (the header promises that
+// a wrong hint costs speed, never correctness).
+TEST(AppendKvGpu, ZeroTokenCountHintStillWritesEveryRow) {
+  KVMESH_SKIP_WITHOUT_CUDA_DEVICE();
+  Case c;
+  c.g = SmallGeometry(KvDtype::kFP8, KvLayout::kHND, 4, 16, 128);
+  c.zero_total = true;
+  RunCase(c);
+}
+
+// Review finding: errors were reported by the wrong launcher. An error an earlier call left as
+// CUDA's last error is not this launch's; a launch that succeeds leaves none.
+__global__ void NothingKernel() {}
+
+TEST(AppendKvGpu, StaleErrorIsNotReportedAsTheLaunchError) {
+  KVMESH_SKIP_WITHOUT_CUDA_DEVICE();
+  EXPECT_NE(
+      cudaFuncSetAttribute(&NothingKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 1 << 30),
+      cudaSuccess);
+  Case c;
+  c.g = SmallGeometry(KvDtype::kBF16, KvLayout::kNHD, 2, 16, 64);
+  RunCase(c);  // asserts that the launch returned OK
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 TEST(AppendKvGpu, IndexerFp8AndFp4) {

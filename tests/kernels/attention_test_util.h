@@ -281,6 +281,30 @@ struct DecodeProblem {
   float max_abs_v = 0.0f;
 };
 
+// Makes keys score -inf for every query row (review finding: a -inf score on a row's first visible
+// key gave NaN in the CUDA kernel; the rule is that such a key is not visible, as on the CPU): the
+// K row of position 0 of sequence 0 (every row's first visible key without a window) and of
+// position 2 of sequence 1 becomes (-inf, 0, ..., 0), and element 0 of every query becomes +1.
+// REQUIRES a bf16 or fp16 pool and queries, window 0, at least two sequences of >= 4 tokens.
+inline void PlantNegativeInfinityKeys(DecodeProblem& p) {
+  const DecodeCase& c = p.spec;
+  std::vector<float> x(c.head_dim, 0.0f);
+  x[0] = -INFINITY;
+  const int where[2][2] = {{0, 0}, {1, 2}};  // (sequence, position)
+  for (const auto& w : where) {
+    const std::int32_t block =
+        p.tables.block_table[w[0] * p.tables.max_blocks_per_seq + w[1] / c.tokens_per_block];
+    for (int h = 0; h < c.num_kv_heads; ++h) {
+      p.pool.WriteRow(block, DecodeProblem::kLayer, 0, h, w[1] % c.tokens_per_block, x.data());
+    }
+  }
+  const std::uint16_t one =
+      c.q_dtype == ActDtype::kBF16 ? FloatToBf16Rne(1.0f) : FloatToHalfRne(1.0f);
+  for (std::int64_t row = 0; row < p.Rows(); ++row) {
+    std::memcpy(&p.q[static_cast<std::size_t>(row * c.head_dim) * 2], &one, 2);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // MLA decode
 
@@ -295,11 +319,16 @@ struct MlaCase {
   int num_splits = 0;
   std::vector<int> kv_lens = {1, 3, 7, 17, 65};
   std::uint32_t seed = 1;
+  // Multiplies every latent value (and the fp8_per_tensor pool scale); the softmax scale is divided
+  // by it, so the scores are those of value_scale 1. Tiny and huge values give per-token (and pool)
+  // scales far outside FP16's normal range (1/65504 .. 65504).
+  float value_scale = 1.0f;
 
   [[nodiscard]] std::string Name() const {
     return StrCat(KvDtypeName(dtype), "_", KvLayoutName(layout), "_h", num_heads, "_tpb",
                   tokens_per_block, "_qlen", q_len, "_q", ActDtypeName(q_dtype), "_out",
-                  ActDtypeName(out_dtype), "_splits", num_splits);
+                  ActDtypeName(out_dtype), "_splits", num_splits,
+                  value_scale == 1.0f ? std::string() : StrCat("_values", value_scale));
   }
 };
 
@@ -311,7 +340,7 @@ struct MlaProblem {
   explicit MlaProblem(const MlaCase& c)
       : spec(c),
         tables(MakeBatchTables(c.kv_lens, c.tokens_per_block, c.seed)),
-        pool(Layout(c), tables.num_blocks, DefaultPoolScale(c.dtype)) {
+        pool(Layout(c), tables.num_blocks, DefaultPoolScale(c.dtype) * c.value_scale) {
     TestRng rng(c.seed * 104729u + 7u);
     std::vector<float> x(kLatent + kRope);
     for (std::size_t i = 0; i < c.kv_lens.size(); ++i) {
@@ -319,6 +348,7 @@ struct MlaProblem {
         const std::int32_t block =
             tables.block_table[i * tables.max_blocks_per_seq + t / c.tokens_per_block];
         FillKvValues(rng, x.data(), kLatent + kRope);
+        for (float& v : x) v *= c.value_scale;
         pool.WriteRow(block, kLayer, 0, 0, t % c.tokens_per_block, x.data());
         const std::vector<float> row =
             ReferenceDequantizedRow(pool.view, kLayer, 0, 0, block, t % c.tokens_per_block);
@@ -359,7 +389,7 @@ struct MlaProblem {
     a.q_nope = q_nope.data();
     a.q_rope = q_rope.data();
     // DeepSeek's scale is 1/sqrt(192) for the 128 + 64 qk dims before absorption.
-    a.softmax_scale = 1.0f / std::sqrt(192.0f);
+    a.softmax_scale = 1.0f / std::sqrt(192.0f) / spec.value_scale;
     a.out_dtype = spec.out_dtype;
     a.out = out;
     a.lse = lse;
@@ -415,6 +445,33 @@ inline std::vector<DecodeCase> DecodeSweepCases() {
       }
     }
   }
+  // The most common decode shape — one query token, a GQA group of at most 4 (the 4-row kernels) —
+  // for every head_dim and codec: the grid above misses five of those kernel instantiations
+  // (review finding). attention_instances_test.cc checks that every instantiation has a case.
+  const KvDtype per_codec[3][3] = {{KvDtype::kBF16, KvDtype::kFP16, KvDtype::kBF16},
+                                   {KvDtype::kFP8, KvDtype::kINT8, KvDtype::kFP8PerTensor},
+                                   {KvDtype::kNVFP4, KvDtype::kNVFP4, KvDtype::kNVFP4}};
+  int k = 0;
+  for (const int head_dim : head_dims) {
+    for (int codec = 0; codec < 3; ++codec) {
+      DecodeCase c;
+      c.dtype = per_codec[codec][k % 3];
+      c.layout = layouts[k % 2];
+      c.head_dim = head_dim;
+      c.num_kv_heads = k % 2 == 0 ? 2 : 4;
+      c.num_q_heads = k % 2 == 0 ? 8 : 4;  // groups 4 and 1
+      c.tokens_per_block = tpbs[k % 4];
+      c.q_len = 1;
+      c.window = k % 4 == 3 ? 37 : 0;
+      c.q_dtype = q_dtypes[k % 3];
+      c.out_dtype = out_dtypes[k % 2];
+      c.num_splits = splits[k % 3];
+      c.kv_lens = {1, 5, 33, 200};
+      c.seed = 200 + k;
+      cases.push_back(c);
+      ++k;
+    }
+  }
   return cases;
 }
 
@@ -451,6 +508,31 @@ inline std::vector<MlaCase> MlaSweepCases() {
         c.seed = 300 + i;
         cases.push_back(c);
       }
+    }
+  }
+  // FP8 pools whose scales leave FP16's normal range (review finding: the kernel staged
+  // probability × token scale as FP16): per-token scales of ~2e-8 and ~2e-5 (amax ~1e-5, ~1e-2),
+  // and of ~2e5 (amax ~1e8, above FP16's 65504); pool scales of ~4e-7 and ~4e5.
+  const float value_scales[] = {1e-6f, 1e-3f, 1e7f};
+  int k = 0;
+  for (const KvDtype dtype : {KvDtype::kFP8, KvDtype::kFP8PerTensor}) {
+    for (const float value_scale : value_scales) {
+      if (dtype == KvDtype::kFP8PerTensor && value_scale == 1e-3f) continue;
+      MlaCase c;
+      c.dtype = dtype;
+      c.layout = layouts[k % 2];
+      c.num_heads = heads[1 + k % 2];
+      c.tokens_per_block = tpbs[k % 4];
+      c.q_len = 1 + k % 3;
+      c.q_dtype = q_dtypes[k % 3];
+      c.out_dtype = out_dtypes[k % 2];
+      c.num_splits = splits[k % 3];
+      c.kv_lens = {1, 5, 33, 150};
+      for (int& len : c.kv_lens) len = std::max(len, c.q_len);
+      c.seed = 400 + k;
+      c.value_scale = value_scale;
+      cases.push_back(c);
+      ++k;
     }
   }
   return cases;

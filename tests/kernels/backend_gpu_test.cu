@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -68,6 +69,30 @@ TEST(CudaBackendGpu, RunsAppendAndCopyLikeTheCpuTwins) {
   ASSERT_TRUE(cuda.BlockCopy(copy).ok());
   ASSERT_TRUE(cuda.Synchronize().ok());
   ExpectSameComponents(device, host);
+}
+
+// Review finding: uploads went through pageable cudaMemcpy on the legacy stream and the kernels ran
+// on the backend's non-blocking stream, which does not wait for it. The tests' upload
+// (cuda_test_util.h) returns only when the device holds the bytes: nothing is left pending on the
+// legacy stream, and a non-blocking stream reads the last bytes at once. (Without the wait the
+// legacy stream is usually still busy with the last DMA chunk of a 64 MiB pageable copy here.)
+TEST(CudaBackendGpu, UploadsAreCompleteWhenTheyReturn) {
+  KVMESH_SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  std::vector<std::uint8_t> host(kBytes);
+  for (std::size_t i = 0; i < kBytes; ++i) host[i] = static_cast<std::uint8_t>(i * 131 + 7);
+  testing::CudaBuffer device(kBytes);
+  testing::CopyToBuffer(device, host.data(), kBytes);
+  EXPECT_EQ(cudaStreamQuery(cudaStreamLegacy), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  testing::CudaBuffer tail(4096, testing::CudaBuffer::Kind::kPinnedHost);
+  ASSERT_EQ(cudaMemcpyAsync(tail.get(), device.as<std::uint8_t>() + kBytes - 4096, 4096,
+                            cudaMemcpyDeviceToHost, s),
+            cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(std::memcmp(tail.get(), host.data() + kBytes - 4096, 4096), 0);
+  (void)cudaStreamDestroy(s);
 }
 
 TEST(CudaBackendGpu, MissingDeviceIsCudaError) {

@@ -35,8 +35,8 @@ Status EmulateBlockCopy(const BlockCopyArgs& args) {
   for (std::int64_t first = 0; first < args.num_pairs; first += cuda::kBlockCopyPairsPerLaunch) {
     const std::int64_t count = std::min(cuda::kBlockCopyPairsPerLaunch, args.num_pairs - first);
     cuda::SetPairs(args, first, count, p);
-    EmulateGrid(&cuda::BlockCopyKernel, p, ctas, static_cast<unsigned int>(count), cuda::kThreads,
-                false);
+    KVMESH_RETURN_IF_ERROR(EmulateGrid(&cuda::BlockCopyKernel, p, ctas,
+                                       static_cast<unsigned int>(count), cuda::kThreads, false));
   }
   return Status::Ok();
 }

@@ -203,6 +203,7 @@ TEST(BlockCopyGpu, InsideOnePoolAndUnalignedBase) {
   ASSERT_EQ(cudaMemcpy(ddst.view.base[0], dst.storage[0].data(), dst.storage[0].size(),
                        cudaMemcpyHostToDevice),
             cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // uploads complete (cuda_test_util.h)
   const BlockCopyPair moved[] = {{0, 2}, {3, 1}};
   a.src = src.view;
   a.dst = dst.view;

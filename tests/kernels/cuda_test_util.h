@@ -1,6 +1,11 @@
 // Helpers of the GPU tests (label gpu): device detection for GTEST_SKIP, RAII device and pinned
 // buffers, a device copy of a host pool, device copies of an append batch, pool comparison. Needs
 // the CUDA runtime; include from .cu tests only.
+//
+// Uploads are complete when they return (CopyToBuffer waits for the device): a cudaMemcpy from
+// pageable host memory returns once the data is staged, while the DMA to the device may still run
+// on the legacy stream — and a kernel on a non-blocking stream (the CUDA backend's) does not wait
+// for the legacy stream (review finding: a rare flake, or a garbage block table).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,8 +63,10 @@ class CudaBuffer {
   void* ptr_ = nullptr;
 };
 
+// Copies host bytes to d and waits until the device holds them (see the file comment).
 inline void CopyToBuffer(const CudaBuffer& d, const void* host, std::size_t bytes) {
   ASSERT_EQ(cudaMemcpy(d.get(), host, bytes, cudaMemcpyDefault), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 inline std::vector<std::uint8_t> CopyFromBuffer(const void* d, std::size_t bytes) {
@@ -117,6 +124,7 @@ class DeviceArrays {
       EXPECT_EQ(cudaMemcpy(ptr_[i], inputs[i].data(), inputs[i].size(), cudaMemcpyHostToDevice),
                 cudaSuccess);
     }
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // complete before any stream reads them
   }
   const std::int32_t* cu() const { return cu_.as<std::int32_t>(); }
   const std::int32_t* start() const { return start_.as<std::int32_t>(); }

@@ -19,6 +19,13 @@
 #include "kernels/paged_kv_layout.h"
 #include "tests/kernels/append_kv_test_util.h"
 
+// ASSERT_TRUE(expr.ok()) that prints the Status when it fails.
+#define KVMESH_ASSERT_OK(expr)          \
+  do {                                  \
+    const ::kvmesh::Status s_ = (expr); \
+    ASSERT_TRUE(s_.ok()) << s_;         \
+  } while (0)
+
 namespace kvmesh::testing {
 
 // A two-layer K/V pool geometry.
