@@ -395,7 +395,10 @@ Result<ModelSpec> LoadModelSpecFromHfConfig(const std::string& path) {
     revision = file.parent_path().filename().string();
     fallback_name = repo_dir.substr(8);
     const auto sep = fallback_name.find("--");
-    if (sep != std::string::npos) fallback_name.replace(sep, 2, "/");
+    // ORG--NAME -> ORG/NAME (built anew: GCC 12 at -O3 warns falsely on an in-place replace).
+    if (sep != std::string::npos) {
+      fallback_name = fallback_name.substr(0, sep) + "/" + fallback_name.substr(sep + 2);
+    }
   }
   KVMESH_ASSIGN_OR_RETURN(ModelSpec spec, ParseHfConfig(text.str(), file.string(), fallback_name));
   spec.revision = revision;
