@@ -239,17 +239,17 @@ TEST(TraceReplayTest, SyntheticUnlimitedMatchesTheReferenceAndBoundsTheLimited) 
 // prompt"), which hurts where first blocks are many and short-lived; the learned policy gets no
 // ranges and infers from what the manager observes: never-reused partial tails go first, a prompt
 // that is reused stays. It must not lose to LRU on either shape (the issue's example, scaled
-// down: 600 conversations each with its own one-block prompt), and gains where tails are dead.
+// down: 400 conversations each with its own one-block prompt), and gains where tails are dead.
 TEST(TraceReplayTest, LearnedInfersFromObservationNotPosition) {
   SyntheticTraceOptions many;
-  many.system_prompts = 600;
+  many.system_prompts = 400;
   many.system_prompt_blocks = 1;
   many.turns = 3;
-  many.conversations = 600;
+  many.conversations = 400;
   many.concurrency = 64;
   auto trace = GenerateSyntheticTrace(many);
   ASSERT_TRUE(trace.ok());
-  for (std::int64_t capacity : {150, 300, 600}) {
+  for (std::int64_t capacity : {200, 400}) {
     SCOPED_TRACE(capacity);
     const double lru = Replay(*trace, Config(capacity, EvictionPolicyKind::kLru)).hit_rate();
     const double position =
@@ -261,11 +261,11 @@ TEST(TraceReplayTest, LearnedInfersFromObservationNotPosition) {
     EXPECT_EQ(learned.stats.pools[0].cached_by_priority[kDefaultPriority], capacity);
   }
   SyntheticTraceOptions whole;  // no partial tails: nothing to learn about tails
-  whole.conversations = 200;
+  whole.conversations = 120;
   whole.partial_tail = false;
   trace = GenerateSyntheticTrace(whole);
   ASSERT_TRUE(trace.ok());
-  for (std::int64_t capacity : {200, 800}) {
+  for (std::int64_t capacity : {150, 600}) {
     const double lru = Replay(*trace, Config(capacity, EvictionPolicyKind::kLru)).hit_rate();
     const double learned =
         Replay(*trace, Config(capacity, EvictionPolicyKind::kLearned)).hit_rate();
