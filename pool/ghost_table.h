@@ -4,7 +4,7 @@
 //
 // A ring of at most `capacity` entries in insertion order (the oldest is overwritten when full) and
 // an open-addressing index from fingerprint to ring slot (flat_node_index.h). Insert and Take are
-// O(1) amortised; memory grows with use up to capacity entries (about 56 bytes each) and no more.
+// O(1) amortised; memory grows with use up to capacity entries (about 64 bytes each) and no more.
 // Fingerprints are 64-bit; two items with one fingerprint share a history entry (harmless: it only
 // orders evictions).
 //
