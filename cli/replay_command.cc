@@ -194,21 +194,17 @@ Status RunSweep(const ReplayOptions& o, std::span<const TraceRequest> trace,
   KVMESH_ASSIGN_OR_RETURN(
       const auto capacities,
       ParseSweep(o.sweep_capacities.empty() ? kDefaultSweepCapacities : o.sweep_capacities));
-  std::vector<EvictionPolicyKind> policies;
-  if (o.policy.empty()) {
-    policies = {EvictionPolicyKind::kLru, EvictionPolicyKind::kPriorityLru};
-  } else {
-    policies = {base.policy};
-  }
+  const std::vector<std::string> policies =
+      o.policy.empty() ? SweepPolicies() : std::vector<std::string>{o.policy};
   std::vector<ReplayRun> runs;
   for (const auto& capacity : capacities) {
-    for (EvictionPolicyKind policy : policies) {
+    for (const std::string& policy : policies) {
       ReplayConfig config = base;
       config.capacity_blocks = capacity;
-      config.policy = policy;
+      KVMESH_RETURN_IF_ERROR(SetReplayPolicy(policy, &config));
       ReplayCapacity c;
       c.blocks = capacity;
-      const std::string label = StrCat(EvictionPolicyName(policy), " @ ", CapacityString(capacity));
+      const std::string label = StrCat(policy, " @ ", CapacityString(capacity));
       KVMESH_ASSIGN_OR_RETURN(ReplayRun run, RunOnce(trace, config, c, progress_stream, label));
       runs.push_back(std::move(run));
     }
@@ -227,9 +223,7 @@ Result<ReplayConfig> MakeConfig(const ReplayOptions& o) {
   ReplayConfig config;
   config.tokens_per_block = o.tokens_per_block;
   if (!o.policy.empty()) {
-    auto policy = ParseEvictionPolicy(o.policy);
-    if (!policy.ok()) return policy.status().WithContext("--policy");
-    config.policy = *policy;
+    KVMESH_RETURN_IF_ERROR(SetReplayPolicy(o.policy, &config).WithContext("--policy"));
   }
   config.priorities.system_prompt_blocks = o.priority_prefix_blocks;
   config.priorities.system_prompt_priority = o.priority_prefix;
@@ -303,6 +297,9 @@ void RegisterReplayCommand(CLI::App& app, CommandOutcome& outcome) {
       ->capture_default_str();
   sub->add_option("--turn-blocks", o->turn_blocks, "Synthetic: new blocks per turn, N or MIN-MAX")
       ->capture_default_str();
+  sub->add_option("--one-off-share", o->generator.one_off_share,
+                  "Synthetic: share of conversations with a single turn, in [0, 1]")
+      ->capture_default_str();
   sub->add_flag("--no-partial-tail", o->no_partial_tail,
                 "Synthetic: whole blocks only (default: each prompt ends in a partial block, as in "
                 "the Mooncake traces)");
@@ -320,7 +317,8 @@ void RegisterReplayCommand(CLI::App& app, CommandOutcome& outcome) {
                   "Tokens synthesised per hash id, a power of two > 1")
       ->capture_default_str();
   sub->add_option("--policy", o->policy,
-                  "Eviction policy: lru or priority-lru (default lru; a sweep runs both)");
+                  "Eviction policy: learned, lru, priority-lru or optimal (the offline optimum); "
+                  "default learned; a sweep runs all four");
   sub->add_option("--priority-prefix-blocks", o->priority_prefix_blocks,
                   "priority-lru: first blocks of each request kept at --priority-prefix")
       ->capture_default_str();
