@@ -80,7 +80,7 @@ struct KvCacheSection {
   CacheConfig cache;
   bool enable_block_reuse = true;    // false: no prefix reuse at all (every Admit is a miss)
   bool enable_partial_reuse = true;  // copy or claim partly matching blocks
-  EvictionPolicyKind eviction_policy = EvictionPolicyKind::kPriorityLru;
+  EvictionPolicyKind eviction_policy = kDefaultEvictionPolicy;  // learned
   std::int64_t host_cache_size = 1ll << 30;      // bytes of the pinned host tier; 0 = none
   int secondary_offload_min_priority = 35;       // blocks below it are not offloaded (0..101)
   std::int64_t event_buffer_max_size = 1 << 16;  // KV events kept for polling (> 0)
