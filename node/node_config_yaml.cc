@@ -309,7 +309,8 @@ const Field kKvCacheFields[] = {
      [](const Value& v, NodeConfig& c) { return ReadBool(v, &c.kv_cache.enable_partial_reuse); }},
     {"eviction_policy",
      [](const Value& v, NodeConfig& c) {
-       return ReadNamed(v, "learned, priority-lru or lru", ParseEvictionPolicy, &c.kv_cache.eviction_policy);
+       return ReadNamed(v, "learned, priority-lru or lru", ParseEvictionPolicy,
+                        &c.kv_cache.eviction_policy);
      }},
     {"host_cache_size",
      [](const Value& v, NodeConfig& c) { return ReadBytes(v, &c.kv_cache.host_cache_size); }},

@@ -101,7 +101,7 @@ TEST(NodeConfigTest, BadValuesNameTheKeyAndItsLine) {
        "kvnode.yaml:2: kv_cache.kv_layout: unknown kv layout 'THD': use HND or NHD"},
       {"kv_cache:\n  eviction_policy: fifo\n",
        "kvnode.yaml:2: kv_cache.eviction_policy: eviction policy 'fifo' is not one of "
-       "priority-lru, lru"},
+       "lru, priority-lru, learned"},
       {"device: gpu\n",
        "kvnode.yaml:1: device: device 'gpu' is not one of auto, cpu, cuda, cuda:N"},
       {"kv_cache:\n  host_cache_size: lots\n",

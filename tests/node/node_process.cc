@@ -40,7 +40,8 @@ std::string SynthPath() { return KVMESH_SYNTH_PATH; }
 
 std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens,
                        const std::string& host_cache, const std::string& disk,
-                       const std::string& extra, const std::string& control_extra) {
+                       const std::string& extra, const std::string& control_extra,
+                       const std::string& kv_cache_extra) {
   std::ostringstream y;
   y << "node_id: test-node\n"
     << "data_dir: " << (dir / "data").string() << "\n"
@@ -52,7 +53,7 @@ std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens
     << "  max_tokens: " << max_tokens << "\n"
     << "  host_cache_size: " << (host_cache.empty() ? "0" : host_cache) << "\n"
     << "  secondary_offload_min_priority: 0\n"
-    << "disk_tier:\n"
+    << kv_cache_extra << "disk_tier:\n"
     << "  enabled: " << (disk.empty() ? "false" : "true") << "\n";
   if (!disk.empty()) y << "  capacity: " << disk << "\n";
   y << "control:\n"

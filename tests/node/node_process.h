@@ -24,11 +24,13 @@ inline constexpr const char* kTestSecret = "kvmesh-test-secret-0123456789";
 // A small node config for tests: `data_dir` under `dir`, the secret above, TCP on a free port,
 // qwen2.5-0.5b bf16 (12 KiB per token) in 16-token blocks capped at `max_tokens` tokens, a host
 // tier and a disk tier of the given sizes ("" = none). `extra` is added at the top level (whole
-// keys or sections), `control_extra` inside the control section ("  key: value" lines). The last
-// section is logging, so "  format: json\n" appended to the text sets the log format.
+// keys or sections), `control_extra` inside the control section and `kv_cache_extra` inside
+// kv_cache ("  key: value" lines). The last section is logging, so "  format: json\n" appended to
+// the text sets the log format.
 std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens = 4096,
                        const std::string& host_cache = "8MiB", const std::string& disk = "64MiB",
-                       const std::string& extra = "", const std::string& control_extra = "");
+                       const std::string& extra = "", const std::string& control_extra = "",
+                       const std::string& kv_cache_extra = "");
 
 struct ExitStatus {
   bool exited = false;
