@@ -29,8 +29,8 @@ namespace kvmesh {
 enum class NodeRole : std::uint8_t { kMixed = 0, kPrefill = 1, kDecode = 2, kCache = 3 };
 
 struct PeerInfo {
-  std::string node_id;          // unique in the cluster (NodeConfig::node_id)
-  std::string control_address;  // "host:port" of its TCP control plane
+  std::string node_id;                 // unique in the cluster (NodeConfig::node_id)
+  std::string control_address;         // "host:port" of its TCP control plane
   std::vector<std::byte> ucx_address;  // its TransferEngine's worker address; empty: none yet
   NodeRole role = NodeRole::kMixed;
   std::string namespace_digest_hex;  // its block namespace: only equal namespaces share blocks

@@ -219,8 +219,14 @@ class BlockManager final : private BlockPinOwner {
   int num_pools() const { return static_cast<int>(config_.pools.size()); }
   bool has_pool_memory() const { return !env_.pool_memory.empty(); }
 
+  // `path_hint`: RestorePlan::path of a PlanRestore of this prompt and options (the tiers' restore
+  // path, which has just walked the tree): nodes still current, linked as the hint says and with
+  // the prompt's tokens are taken without a lookup; the rest of the walk is done as usual. Any
+  // other hint costs a lookup, never a wrong match.
   Result<AddSequenceResult> AddSequence(RequestId request, std::span<const Token> prompt,
-                                        const SequenceOptions& options = {}) KVMESH_EXCLUDES(mu_);
+                                        const SequenceOptions& options = {},
+                                        std::span<const NodeHandle> path_hint = {})
+      KVMESH_EXCLUDES(mu_);
   Result<AppendResult> AppendTokens(RequestId request, std::span<const Token> tokens)
       KVMESH_EXCLUDES(mu_);
   // Returns how many blocks were newly stored. num_computed_tokens: nullopt = every token.
@@ -294,7 +300,8 @@ class BlockManager final : private BlockPinOwner {
 
   // block_manager_match.cc
   Match MatchPrefix(NodeRef root, std::span<const Token> tokens, const SequenceOptions& options,
-                    bool allow_partial) const KVMESH_REQUIRES(mu_);
+                    bool allow_partial, std::span<const NodeHandle> path_hint = {}) const
+      KVMESH_REQUIRES(mu_);
   void ApplyWindowLimit(Match* m) const KVMESH_REQUIRES(mu_);
   // block_manager.cc
   Status PlanAdmission(const Match& m, std::int64_t num_positions, Admission* a) const
