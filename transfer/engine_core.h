@@ -250,6 +250,7 @@ class EngineCore {
   std::uint64_t done_in_flight_ = 0;
 
   TimePoint next_deadline_ = TimePoint::max();
+  std::uint64_t iterations_ = 0;
   AtomicStats stats_;
 };
 

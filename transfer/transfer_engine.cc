@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -51,6 +52,7 @@ class TransferEngine::Impl {
     {
       MutexLock lock(&mu_);
       queue_.push_back(&command);
+      pending_.store(true, std::memory_order_release);
     }
     Wake();
     {
@@ -85,6 +87,7 @@ class TransferEngine::Impl {
     {
       MutexLock lock(&mu_);
       stop_ = true;
+      pending_.store(true, std::memory_order_release);
     }
     Wake();
     thread_.join();
@@ -94,8 +97,12 @@ class TransferEngine::Impl {
 
   // Runs the queued commands; returns false when the engine is stopping.
   bool DrainCommands(bool* ran) {
+    *ran = false;
+    // The lock is taken only when something was queued: the loop runs this every iteration.
+    if (!pending_.load(std::memory_order_acquire)) return true;
     {
       MutexLock lock(&mu_);
+      pending_.store(false, std::memory_order_relaxed);
       batch_.swap(queue_);  // both keep their capacity: no allocation per iteration
       if (stop_ && batch_.empty()) return false;
     }
@@ -123,17 +130,24 @@ class TransferEngine::Impl {
     address_ = core_->address();
     started->set_value(Status::Ok());  // `started` is gone after this line
 
-    auto last_event = std::chrono::steady_clock::now();
+    // The clock is read only when an iteration found nothing to do (no cost on the busy path).
+    auto idle_since = std::chrono::steady_clock::now();
+    bool idle = false;
     while (true) {
       bool ran = false;
       if (!DrainCommands(&ran)) break;
       const unsigned events = core_->RunOnce();
-      const auto now = std::chrono::steady_clock::now();
       if (events > 0 || ran) {
-        last_event = now;
-      } else if (now - last_event > options_.busy_poll) {
+        idle = false;
+        continue;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (!idle) {
+        idle = true;
+        idle_since = now;
+      } else if (now - idle_since > options_.busy_poll) {
         Sleep();
-        last_event = std::chrono::steady_clock::now() - options_.busy_poll;  // sleep again soon
+        idle = false;
       }
     }
     core_->Shutdown();
@@ -178,6 +192,7 @@ class TransferEngine::Impl {
   std::vector<Command*> queue_ KVMESH_GUARDED_BY(mu_);
   std::vector<Command*> batch_;  // progress thread only
   bool stop_ KVMESH_GUARDED_BY(mu_) = false;
+  std::atomic<bool> pending_{false};  // a command or the stop is queued
 };
 
 namespace {
