@@ -23,6 +23,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -142,10 +143,10 @@ std::optional<double> Perftest(const TransportConfig& t, const std::string& test
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is listening
     int fds[2];
     KVMESH_CHECK(pipe2(fds, O_CLOEXEC) == 0);
-    const pid_t client = Spawn({"ucx_perftest", "127.0.0.1", "-p", port, "-t", test, "-s",
-                                std::to_string(size), "-n", std::to_string(iterations), "-w",
-                                "16", "-f"},
-                               env, fds[1]);
+    const pid_t client =
+        Spawn({"ucx_perftest", "127.0.0.1", "-p", port, "-t", test, "-s", std::to_string(size),
+               "-n", std::to_string(iterations), "-w", "16", "-f"},
+              env, fds[1]);
     close(fds[1]);
     output.clear();
     char chunk[4096];
@@ -187,7 +188,6 @@ Engines MakeEngines(const TransportConfig& t, AlignedBuffer& source, AlignedBuff
   options.ucx.net_devices = t.devices;
   options.ucx.tcp_tx_seg_size = t.tx_seg;
   options.ucx.tcp_rx_seg_size = t.rx_seg;
-  if (getenv("BUSY_US")) options.busy_poll = std::chrono::microseconds(atoi(getenv("BUSY_US")));
   Engines e;
   auto sender = TransferEngine::Create(options);
   auto receiver = TransferEngine::Create(options);
@@ -231,11 +231,31 @@ double EnginePass(Engines& e, std::uint64_t pool, std::uint64_t block, bool veri
   KVMESH_CHECK(sent.ok() && granted.ok()) << sent << " " << granted;
   if (verify) {
     for (std::uint64_t i = 0; i < count; ++i) {
-      KVMESH_CHECK(std::memcmp(source.data() + i * block, destination.data() + order[i] * block,
-                               block) == 0)
+      KVMESH_CHECK(
+          std::memcmp(source.data() + i * block, destination.data() + order[i] * block, block) == 0)
           << "block " << i << " of " << SizeName(block) << " differs";
     }
   }
+  return static_cast<double>(count * block) / seconds;
+}
+
+// One thread copying the same blocks to the same shuffled places with process_vm_readv (what UCX's
+// CMA rendezvous does, here from this process to itself): the copy bound of one progress thread on
+// memory that is not in cache. Printed beside the shared-memory figures (INFO lines).
+double ColdCmaPass(std::uint64_t pool, std::uint64_t block, AlignedBuffer& source,
+                   AlignedBuffer& destination) {
+  const std::uint64_t count = pool / block;
+  std::vector<std::uint64_t> order(count);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(block));
+  const auto start = SteadyClock::now();
+  for (std::uint64_t i = 0; i < count; ++i) {
+    iovec local{destination.data() + order[i] * block, block};
+    iovec remote{source.data() + i * block, block};
+    KVMESH_CHECK(process_vm_readv(getpid(), &local, 1, &remote, 1, 0) ==
+                 static_cast<ssize_t>(block));
+  }
+  const double seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
   return static_cast<double>(count * block) / seconds;
 }
 
@@ -251,7 +271,7 @@ double Best(const std::vector<double>& v) {
 double Gbs(double bytes_per_second) { return bytes_per_second / 1e9; }
 
 struct Row {
-  std::vector<double> am, tag, engine, ratio;
+  std::vector<double> am, tag, engine, ratio, cma, cma_ratio;
 };
 
 // Rounds of am_bw, tag_bw and the engine at one block size; the per-round ratio uses the faster
@@ -266,6 +286,10 @@ Row Measure(const TransportConfig& t, Engines& e, std::uint64_t pool, std::uint6
       tag = Perftest(t, "tag_bw", block, pool);
     }
     const double engine = EnginePass(e, pool, block, /*verify=*/r == 0, source, destination);
+    if (t.name == "shm") {
+      row.cma.push_back(ColdCmaPass(pool, block, source, destination));
+      row.cma_ratio.push_back(engine / row.cma.back());
+    }
     if (am) row.am.push_back(*am);
     if (tag) row.tag.push_back(*tag);
     row.engine.push_back(engine);
@@ -279,13 +303,13 @@ void RunTransport(const TransportConfig& t, const Args& args, AlignedBuffer& sou
                   AlignedBuffer& destination) {
   const std::uint64_t pool = args.pool_mib * kMiB;
   Engines e = MakeEngines(t, source, destination);
-  std::printf("\n%s (UCX_TLS=%s%s%s, tcp segments tx %s rx %s), pool %s, %d rounds\n",
-              t.name.c_str(), t.tls.c_str(), t.devices.empty() ? "" : " UCX_NET_DEVICES=",
-              t.devices.c_str(), t.tx_seg ? SizeName(t.tx_seg).c_str() : "default",
-              t.rx_seg ? SizeName(t.rx_seg).c_str() : "default", SizeName(pool).c_str(),
-              args.rounds);
-  std::printf("%-8s %8s %12s %12s %12s %10s %10s\n", "block", "blocks", "am_bw GB/s",
-              "tag_bw GB/s", "engine GB/s", "ratio med", "ratio min");
+  std::printf(
+      "\n%s (UCX_TLS=%s%s%s, tcp segments tx %s rx %s), pool %s, %d rounds\n", t.name.c_str(),
+      t.tls.c_str(), t.devices.empty() ? "" : " UCX_NET_DEVICES=", t.devices.c_str(),
+      t.tx_seg ? SizeName(t.tx_seg).c_str() : "default",
+      t.rx_seg ? SizeName(t.rx_seg).c_str() : "default", SizeName(pool).c_str(), args.rounds);
+  std::printf("%-8s %8s %12s %12s %12s %10s %10s\n", "block", "blocks", "am_bw GB/s", "tag_bw GB/s",
+              "engine GB/s", "ratio med", "ratio min");
   struct Goal {
     std::uint64_t block;
     double goal;
@@ -297,11 +321,15 @@ void RunTransport(const TransportConfig& t, const Args& args, AlignedBuffer& sou
     std::printf("%-8s %8llu %12.2f %12.2f %12.2f %10.3f %10.3f\n", SizeName(g.block).c_str(),
                 static_cast<unsigned long long>(pool / g.block), Gbs(Best(row.am)),
                 Gbs(Best(row.tag)), Gbs(Best(row.engine)), Median(row.ratio), min_ratio);
+    const char* baseline = Best(row.am) >= Best(row.tag) ? "ucp_am_bw" : "tag_bw";
     std::printf("RATIO transfer_%s_%s %.3f ucx_perftest_%s_%s goal>=%.2f\n", t.name.c_str(),
-                SizeName(g.block).c_str(), Median(row.ratio), Best(row.am) >= Best(row.tag)
-                                                                    ? "ucp_am_bw"
-                                                                    : "tag_bw",
-                SizeName(g.block).c_str(), g.goal);
+                SizeName(g.block).c_str(), Median(row.ratio), baseline, SizeName(g.block).c_str(),
+                g.goal);
+    if (!row.cma.empty()) {
+      std::printf("INFO transfer_%s_%s engine/cold_cma_copy %.3f (cold cma %.2f GB/s)\n",
+                  t.name.c_str(), SizeName(g.block).c_str(), Median(row.cma_ratio),
+                  Gbs(Best(row.cma)));
+    }
     std::fflush(stdout);
   }
 }
@@ -349,9 +377,8 @@ int Run(int argc, char** argv) {
 
   const TransferEngineOptions defaults;
   for (const std::string& name : args.transports) {
-    const TransportConfig t = name == "shm" ? Shm()
-                                            : Tcp(defaults.ucx.tcp_tx_seg_size,
-                                                  defaults.ucx.tcp_rx_seg_size);
+    const TransportConfig t =
+        name == "shm" ? Shm() : Tcp(defaults.ucx.tcp_tx_seg_size, defaults.ucx.tcp_rx_seg_size);
     RunTransport(t, args, *source, *destination);
   }
   if (args.sweep) SweepSegments(args, *source, *destination);

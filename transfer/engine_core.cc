@@ -321,7 +321,7 @@ void EngineCore::Complete(const std::shared_ptr<TransferOpState>& op, Status sta
 void EngineCore::FlushCompletions() {
   while (!completions_.empty()) {
     scratch_completions_.swap(completions_);
-    for (auto& [op, status] : scratch_completions_) op->Complete(std::move(status));
+    for (const auto& [op, status] : scratch_completions_) op->Complete(status);
     scratch_completions_.clear();
   }
 }

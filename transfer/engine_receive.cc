@@ -278,7 +278,7 @@ void EngineCore::SendDone(Connection* connection, TransferId id, const Status& s
     return;
   }
   ++done_in_flight_;
-  message.release();  // owned by the request until OnDoneSent
+  static_cast<void>(message.release());  // owned by the request until OnDoneSent frees it
 }
 
 void EngineCore::OnDoneSent(void* request, ucs_status_t /*status*/, void* user_data) {

@@ -34,7 +34,7 @@ Status TransferOpState::status() const {
   return status_;
 }
 
-void TransferOpState::Complete(Status status) {
+void TransferOpState::Complete(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     KVMESH_CHECK(!done_) << "transfer " << id_.value << " completed twice";

@@ -36,11 +36,11 @@ class TransferOpState {
   [[nodiscard]] TransferId id() const { return id_; }
   [[nodiscard]] bool done() const;
   Status Wait();
-  bool WaitFor(Nanos timeout);
+  [[nodiscard]] bool WaitFor(Nanos timeout);
   [[nodiscard]] Status status() const;
 
   // Called once by the engine, on its thread, with no engine lock held.
-  void Complete(Status status);
+  void Complete(const Status& status);
 
  private:
   const TransferId id_;
@@ -67,7 +67,7 @@ class TransferOp {
   // Blocks until the operation completed; returns its status.
   Status Wait() const { return state_->Wait(); }
   // Waits at most `timeout`; true when the operation completed. It does not cancel anything.
-  bool WaitFor(Nanos timeout) const { return state_->WaitFor(timeout); }
+  [[nodiscard]] bool WaitFor(Nanos timeout) const { return state_->WaitFor(timeout); }
   // REQUIRES: done().
   [[nodiscard]] Status status() const { return state_->status(); }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <ostream>
+#include <span>
 #include <vector>
 
 namespace kvmesh {
@@ -56,6 +57,14 @@ struct GrantInfo {
   TransferId id;
   std::vector<std::uint64_t> slice_lengths;
 };
+
+// The GrantInfo of a grant of `slices` (the receiver sends it to the sender).
+inline GrantInfo DescribeGrant(TransferId id, std::span<const Slice> slices) {
+  GrantInfo info{id, {}};
+  info.slice_lengths.reserve(slices.size());
+  for (const Slice& slice : slices) info.slice_lengths.push_back(slice.length);
+  return info;
+}
 
 // Counters of one engine since it was created. Every message the engine refused is counted under
 // the reason it was refused for.
