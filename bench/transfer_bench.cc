@@ -16,9 +16,12 @@
 // RATIO lines: blocks >= 1 MiB goal >= 0.85, 64 KiB blocks goal >= 0.60.
 //
 // Then the TCP segment sizes (UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE): each candidate pair with
-// perftest and the engine (INFO lines), which is how the engine's defaults were chosen.
+// perftest and the engine (INFO lines), which is how the engine's defaults were chosen. Shared
+// memory also gets a cold CMA copy of the same blocks on one thread (INFO lines): the bound of one
+// receiving progress thread on memory that is not in cache, which the hot-buffer perftest is not.
 //
-//   transfer_bench [--pool-mib N] [--rounds R] [--transports tcp,shm] [--no-sweep]
+//   transfer_bench [--pool-mib N] [--rounds R] [--sweep-rounds R] [--transports tcp,shm]
+//                  [--no-sweep] [--engine-only]
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -56,6 +59,7 @@ constexpr std::uint64_t kKiB = 1024, kMiB = 1024 * 1024;
 struct Args {
   std::uint64_t pool_mib = 1024;
   int rounds = 3;
+  int sweep_rounds = 2;
   std::vector<std::string> transports = {"tcp", "shm"};
   bool sweep = true;
   bool perftest = true;  // --engine-only: no baseline (for profiling the engine alone)
@@ -68,6 +72,7 @@ Args Parse(int argc, char** argv) {
     const char* v = i + 1 < argc ? argv[i + 1] : "";
     if (k == "--pool-mib") a.pool_mib = std::strtoull(v, nullptr, 10), ++i;
     if (k == "--rounds") a.rounds = std::atoi(v), ++i;
+    if (k == "--sweep-rounds") a.sweep_rounds = std::atoi(v), ++i;
     if (k == "--no-sweep") a.sweep = false;
     if (k == "--engine-only") a.perftest = false, a.sweep = false;
     if (k == "--transports") {
@@ -77,7 +82,7 @@ Args Parse(int argc, char** argv) {
       ++i;
     }
   }
-  KVMESH_CHECK(a.pool_mib >= 64 && a.rounds > 0);
+  KVMESH_CHECK(a.pool_mib >= 64 && a.rounds > 0 && a.sweep_rounds > 0);
   return a;
 }
 
@@ -334,27 +339,32 @@ void RunTransport(const TransportConfig& t, const Args& args, AlignedBuffer& sou
   }
 }
 
-// The TCP segment-size candidates: perftest and the engine at each (one round, half the pool).
+// The TCP segment-size candidates: perftest and the engine at each (half the pool per run, the
+// best of --sweep-rounds rounds).
 void SweepSegments(const Args& args, AlignedBuffer& source, AlignedBuffer& destination) {
-  const std::uint64_t pool = args.pool_mib * kMiB / 2;
-  std::printf("\ntcp segment sizes (UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE), %s per run\n",
-              SizeName(pool).c_str());
-  std::printf("%-10s %-8s %12s %12s %12s\n", "tx/rx", "block", "am_bw GB/s", "tag_bw GB/s",
-              "engine GB/s");
+  Args sweep = args;
+  sweep.pool_mib = args.pool_mib / 2;
+  sweep.rounds = args.sweep_rounds;
+  const std::uint64_t pool = sweep.pool_mib * kMiB;
+  std::printf(
+      "\ntcp segment sizes (UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE), %s per run, best of "
+      "%d\n",
+      SizeName(pool).c_str(), sweep.rounds);
+  std::printf("%-10s %-8s %12s %12s %12s %10s\n", "tx/rx", "block", "am_bw GB/s", "tag_bw GB/s",
+              "engine GB/s", "ratio med");
   const std::pair<std::uint64_t, std::uint64_t> candidates[] = {
       {8 * kKiB, 64 * kKiB}, {64 * kKiB, 64 * kKiB}, {256 * kKiB, 256 * kKiB}, {kMiB, kMiB}};
   for (const auto& [tx, rx] : candidates) {
     const TransportConfig t = Tcp(tx, rx);
     Engines e = MakeEngines(t, source, destination);
     for (const std::uint64_t block : {64 * kKiB, kMiB, 4 * kMiB}) {
-      const double am = Perftest(t, "ucp_am_bw", block, pool).value_or(0);
-      const double tag = Perftest(t, "tag_bw", block, pool).value_or(0);
-      const double engine = EnginePass(e, pool, block, false, source, destination);
+      const Row row = Measure(t, e, pool, block, sweep, source, destination);
       const std::string seg = SizeName(tx) + "/" + SizeName(rx);
-      std::printf("%-10s %-8s %12.2f %12.2f %12.2f\n", seg.c_str(), SizeName(block).c_str(),
-                  Gbs(am), Gbs(tag), Gbs(engine));
+      std::printf("%-10s %-8s %12.2f %12.2f %12.2f %10.3f\n", seg.c_str(), SizeName(block).c_str(),
+                  Gbs(Best(row.am)), Gbs(Best(row.tag)), Gbs(Best(row.engine)), Median(row.ratio));
       std::printf("INFO tcp_segments %s block %s am_bw %.2f tag_bw %.2f engine %.2f GB/s\n",
-                  seg.c_str(), SizeName(block).c_str(), Gbs(am), Gbs(tag), Gbs(engine));
+                  seg.c_str(), SizeName(block).c_str(), Gbs(Best(row.am)), Gbs(Best(row.tag)),
+                  Gbs(Best(row.engine)));
       std::fflush(stdout);
     }
   }
