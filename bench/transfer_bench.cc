@@ -21,7 +21,7 @@
 // receiving progress thread on memory that is not in cache, which the hot-buffer perftest is not.
 //
 //   transfer_bench [--pool-mib N] [--rounds R] [--sweep-rounds R] [--transports tcp,shm]
-//                  [--no-sweep] [--engine-only]
+//                  [--no-sweep] [--engine-only] [--block-kib 64|1024|4096] [--tcp-seg-kib N]
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +48,9 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "transfer/transfer_engine.h"
+#include "transfer/ucx_endpoint.h"
+#include "transfer/ucx_memory.h"
+#include "transfer/ucx_worker.h"
 
 extern char** environ;
 
@@ -58,11 +62,13 @@ constexpr std::uint64_t kKiB = 1024, kMiB = 1024 * 1024;
 
 struct Args {
   std::uint64_t pool_mib = 1024;
-  int rounds = 3;
+  int rounds = 5;
   int sweep_rounds = 2;
   std::vector<std::string> transports = {"tcp", "shm"};
   bool sweep = true;
-  bool perftest = true;  // --engine-only: no baseline (for profiling the engine alone)
+  bool perftest = true;          // --engine-only: no baseline (for profiling the engine alone)
+  std::uint64_t only_block = 0;  // --block-kib N: only this block size in the main table
+  std::uint64_t tcp_seg = 0;     // --tcp-seg-kib N: TX and RX segments of the main table's tcp
 };
 
 Args Parse(int argc, char** argv) {
@@ -74,6 +80,8 @@ Args Parse(int argc, char** argv) {
     if (k == "--rounds") a.rounds = std::atoi(v), ++i;
     if (k == "--sweep-rounds") a.sweep_rounds = std::atoi(v), ++i;
     if (k == "--no-sweep") a.sweep = false;
+    if (k == "--block-kib") a.only_block = std::strtoull(v, nullptr, 10) * kKiB, ++i;
+    if (k == "--tcp-seg-kib") a.tcp_seg = std::strtoull(v, nullptr, 10) * kKiB, ++i;
     if (k == "--engine-only") a.perftest = false, a.sweep = false;
     if (k == "--transports") {
       a.transports.clear();
@@ -126,21 +134,27 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>
   return rc == 0 ? pid : -1;
 }
 
-std::vector<std::string> PerftestEnv(const TransportConfig& t) {
-  std::vector<std::string> env = {"UCX_TLS=" + t.tls};
+// `peer_errors`: perftest -e (endpoints with peer error handling, as the engine's), with the
+// shared-memory settings the engine uses for it.
+std::vector<std::string> PerftestEnv(const TransportConfig& t, bool peer_errors) {
+  std::vector<std::string> env = {"UCX_TLS=" + t.tls, "UCX_WARN_UNUSED_ENV_VARS=n"};
   if (!t.devices.empty()) env.push_back("UCX_NET_DEVICES=" + t.devices);
   if (t.tx_seg != 0) env.push_back("UCX_TCP_TX_SEG_SIZE=" + std::to_string(t.tx_seg));
   if (t.rx_seg != 0) env.push_back("UCX_TCP_RX_SEG_SIZE=" + std::to_string(t.rx_seg));
+  if (peer_errors) {
+    env.push_back("UCX_MM_ERROR_HANDLING=y");
+    env.push_back("UCX_CMA_MEMORY_INVALIDATE=y");
+  }
   return env;
 }
 
 // Bytes per second of one ucx_perftest client/server pair, or nothing when it failed.
 std::optional<double> Perftest(const TransportConfig& t, const std::string& test,
-                               std::uint64_t size, std::uint64_t bytes) {
+                               std::uint64_t size, std::uint64_t bytes, bool peer_errors = false) {
   static int next_port = 20000 + static_cast<int>(getpid() % 20000);
   const std::string port = std::to_string(next_port++);
   const std::uint64_t iterations = std::max<std::uint64_t>(64, bytes / size);
-  const std::vector<std::string> env = PerftestEnv(t);
+  const std::vector<std::string> env = PerftestEnv(t, peer_errors);
   const pid_t server = Spawn({"ucx_perftest", "-p", port}, env, -1);
   if (server < 0) return std::nullopt;
   std::string output;
@@ -148,10 +162,21 @@ std::optional<double> Perftest(const TransportConfig& t, const std::string& test
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is listening
     int fds[2];
     KVMESH_CHECK(pipe2(fds, O_CLOEXEC) == 0);
-    const pid_t client =
-        Spawn({"ucx_perftest", "127.0.0.1", "-p", port, "-t", test, "-s", std::to_string(size),
-               "-n", std::to_string(iterations), "-w", "16", "-f"},
-              env, fds[1]);
+    std::vector<std::string> argv = {"ucx_perftest",
+                                     "127.0.0.1",
+                                     "-p",
+                                     port,
+                                     "-t",
+                                     test,
+                                     "-s",
+                                     std::to_string(size),
+                                     "-n",
+                                     std::to_string(iterations),
+                                     "-w",
+                                     "16",
+                                     "-f"};
+    if (peer_errors) argv.emplace_back("-e");
+    const pid_t client = Spawn(argv, env, fds[1]);
     close(fds[1]);
     output.clear();
     char chunk[4096];
@@ -264,6 +289,142 @@ double ColdCmaPass(std::uint64_t pool, std::uint64_t block, AlignedBuffer& sourc
   return static_cast<double>(count * block) / seconds;
 }
 
+// ---- a bare UCX loop ------------------------------------------------------------------------
+
+// The same blocks moved by a bare UCX loop: the same wrappers (peer error handling), rendezvous
+// active messages of the same blocks to the same shuffled places, a window of 64, the receiver's
+// worker progressed by a thread of its own — and nothing of the engine (no grants, no checks, no
+// done message, no command queue). Printed beside the engine (INFO lines): what UCX itself does
+// with distinct memory, so the distance to the hot-buffer perftest can be told apart from the
+// engine's own cost.
+class RawUcxLoop {
+ public:
+  RawUcxLoop(const TransportConfig& t, AlignedBuffer& source, AlignedBuffer& destination)
+      : source_(source), destination_(destination) {
+    UcxContextOptions options;
+    options.tls = t.tls;
+    options.net_devices = t.devices;
+    options.tcp_tx_seg_size = t.tx_seg;
+    options.tcp_rx_seg_size = t.rx_seg;
+    for (Side* side : {&sender_, &receiver_}) {
+      auto context = UcxContext::Create(options);
+      KVMESH_CHECK(context.ok()) << context.status();
+      side->context = std::move(*context);
+      auto worker = UcxWorker::Create(*side->context);
+      KVMESH_CHECK(worker.ok());
+      side->worker = std::move(*worker);
+    }
+    auto s = UcxMemoryRegion::Map(*sender_.context, source.data(), source.size());
+    auto d = UcxMemoryRegion::Map(*receiver_.context, destination.data(), destination.size());
+    KVMESH_CHECK(s.ok() && d.ok());
+    sender_.memory = std::move(*s);
+    receiver_.memory = std::move(*d);
+    auto to_receiver = UcxEndpoint::Create(*sender_.worker, receiver_.worker->address(), nullptr);
+    auto to_sender = UcxEndpoint::Create(*receiver_.worker, sender_.worker->address(), nullptr);
+    KVMESH_CHECK(to_receiver.ok() && to_sender.ok());
+    sender_.ep = std::move(*to_receiver);
+    receiver_.ep = std::move(*to_sender);
+    ucp_am_handler_param_t handler{};
+    handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                         UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    handler.id = 1;
+    handler.cb = &RawUcxLoop::OnData;
+    handler.arg = this;
+    KVMESH_CHECK(ucp_worker_set_am_recv_handler(receiver_.worker->get(), &handler) == UCS_OK);
+  }
+  ~RawUcxLoop() {
+    // Endpoints before workers before contexts, each on this thread (the receiver thread is gone).
+    sender_.ep.reset();
+    receiver_.ep.reset();
+  }
+  RawUcxLoop(const RawUcxLoop&) = delete;
+  RawUcxLoop& operator=(const RawUcxLoop&) = delete;
+
+  // Moves the whole pool once; bytes per second.
+  double Pass(std::uint64_t pool, std::uint64_t block) {
+    const std::uint64_t count = pool / block;
+    order_.resize(count);
+    std::iota(order_.begin(), order_.end(), 0);
+    std::shuffle(order_.begin(), order_.end(), std::mt19937_64(block));
+    block_ = block;
+    received_.store(0);
+    std::vector<std::uint64_t> headers(count);
+    std::iota(headers.begin(), headers.end(), 0);
+    std::atomic<bool> stop{false};
+    std::thread receiver([&] {
+      while (!stop.load(std::memory_order_relaxed)) receiver_.worker->Progress();
+    });
+    const auto start = SteadyClock::now();
+    std::uint64_t next = 0;
+    while (next < count || in_flight_ > 0) {
+      while (in_flight_ < 64 && next < count) {
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                             UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMH;
+        param.cb.send = &RawUcxLoop::OnSent;
+        param.user_data = this;
+        param.flags = UCP_AM_SEND_FLAG_RNDV | UCP_AM_SEND_FLAG_REPLY;
+        param.memh = sender_.memory->memh();
+        void* request = ucp_am_send_nbx(sender_.ep->get(), 1, &headers[next], 8,
+                                        source_.data() + next * block, block, &param);
+        KVMESH_CHECK(!UCS_PTR_IS_ERR(request));
+        if (request != nullptr) ++in_flight_;
+        ++next;
+      }
+      sender_.worker->Progress();
+    }
+    while (received_.load() < count) std::this_thread::yield();
+    const double seconds = std::chrono::duration<double>(SteadyClock::now() - start).count();
+    stop.store(true);
+    receiver.join();
+    return static_cast<double>(count * block) / seconds;
+  }
+
+ private:
+  struct Side {
+    std::unique_ptr<UcxContext> context;
+    std::unique_ptr<UcxWorker> worker;
+    std::unique_ptr<UcxMemoryRegion> memory;
+    std::unique_ptr<UcxEndpoint> ep;
+  };
+
+  static ucs_status_t OnData(void* arg, const void* header, std::size_t, void* data,
+                             std::size_t length, const ucp_am_recv_param_t*) {
+    auto* self = static_cast<RawUcxLoop*>(arg);
+    std::uint64_t index = 0;
+    std::memcpy(&index, header, sizeof(index));
+    ucp_request_param_t param{};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    param.cb.recv_am = &RawUcxLoop::OnReceived;
+    param.user_data = self;
+    param.memh = self->receiver_.memory->memh();
+    void* request = ucp_am_recv_data_nbx(
+        self->receiver_.worker->get(), data,
+        self->destination_.data() + self->order_[index] * self->block_, length, &param);
+    if (request == nullptr) self->received_.fetch_add(1);
+    return UCS_INPROGRESS;
+  }
+  static void OnReceived(void* request, ucs_status_t status, std::size_t, void* arg) {
+    KVMESH_CHECK(status == UCS_OK) << ucs_status_string(status);
+    ucp_request_free(request);
+    static_cast<RawUcxLoop*>(arg)->received_.fetch_add(1);
+  }
+  static void OnSent(void* request, ucs_status_t status, void* arg) {
+    KVMESH_CHECK(status == UCS_OK) << ucs_status_string(status);
+    ucp_request_free(request);
+    --static_cast<RawUcxLoop*>(arg)->in_flight_;
+  }
+
+  AlignedBuffer& source_;
+  AlignedBuffer& destination_;
+  Side sender_, receiver_;
+  std::vector<std::uint64_t> order_;
+  std::uint64_t block_ = 0;
+  std::atomic<std::uint64_t> received_{0};
+  int in_flight_ = 0;  // the sender's thread only
+};
+
 // ---- reporting ------------------------------------------------------------------------------
 
 double Median(std::vector<double> v) {
@@ -276,21 +437,31 @@ double Best(const std::vector<double>& v) {
 double Gbs(double bytes_per_second) { return bytes_per_second / 1e9; }
 
 struct Row {
-  std::vector<double> am, tag, engine, ratio, cma, cma_ratio;
+  std::vector<double> am, tag, engine, ratio, cma, cma_ratio, raw, raw_ratio;
+  std::vector<double> peer, peer_ratio;  // perftest -e: the faster of am_bw and tag_bw
 };
 
 // Rounds of am_bw, tag_bw and the engine at one block size; the per-round ratio uses the faster
-// of the two perftest tests of that round.
+// of the two perftest tests of that round. With `peer_errors`, also both with perftest -e.
 Row Measure(const TransportConfig& t, Engines& e, std::uint64_t pool, std::uint64_t block,
-            const Args& args, AlignedBuffer& source, AlignedBuffer& destination) {
+            const Args& args, AlignedBuffer& source, AlignedBuffer& destination,
+            bool peer_errors = false, RawUcxLoop* raw = nullptr) {
   Row row;
   for (int r = 0; r < args.rounds; ++r) {
-    std::optional<double> am, tag;
+    std::optional<double> am, tag, am_peer, tag_peer;
     if (args.perftest) {
       am = Perftest(t, "ucp_am_bw", block, pool);
       tag = Perftest(t, "tag_bw", block, pool);
+      if (peer_errors) {
+        am_peer = Perftest(t, "ucp_am_bw", block, pool, true);
+        tag_peer = Perftest(t, "tag_bw", block, pool, true);
+      }
     }
     const double engine = EnginePass(e, pool, block, /*verify=*/r == 0, source, destination);
+    if (raw != nullptr) {
+      row.raw.push_back(raw->Pass(pool, block));
+      row.raw_ratio.push_back(engine / row.raw.back());
+    }
     if (t.name == "shm") {
       row.cma.push_back(ColdCmaPass(pool, block, source, destination));
       row.cma_ratio.push_back(engine / row.cma.back());
@@ -300,6 +471,11 @@ Row Measure(const TransportConfig& t, Engines& e, std::uint64_t pool, std::uint6
     row.engine.push_back(engine);
     const double baseline = std::max(am.value_or(0), tag.value_or(0));
     if (baseline > 0) row.ratio.push_back(engine / baseline);
+    const double peer = std::max(am_peer.value_or(0), tag_peer.value_or(0));
+    if (peer > 0) {
+      row.peer.push_back(peer);
+      row.peer_ratio.push_back(engine / peer);
+    }
   }
   return row;
 }
@@ -308,6 +484,7 @@ void RunTransport(const TransportConfig& t, const Args& args, AlignedBuffer& sou
                   AlignedBuffer& destination) {
   const std::uint64_t pool = args.pool_mib * kMiB;
   Engines e = MakeEngines(t, source, destination);
+  RawUcxLoop raw(t, source, destination);
   std::printf(
       "\n%s (UCX_TLS=%s%s%s, tcp segments tx %s rx %s), pool %s, %d rounds\n", t.name.c_str(),
       t.tls.c_str(), t.devices.empty() ? "" : " UCX_NET_DEVICES=", t.devices.c_str(),
@@ -320,7 +497,9 @@ void RunTransport(const TransportConfig& t, const Args& args, AlignedBuffer& sou
     double goal;
   };
   for (const Goal g : {Goal{64 * kKiB, 0.60}, Goal{1 * kMiB, 0.85}, Goal{4 * kMiB, 0.85}}) {
-    const Row row = Measure(t, e, pool, g.block, args, source, destination);
+    if (args.only_block != 0 && g.block != args.only_block) continue;
+    const Row row =
+        Measure(t, e, pool, g.block, args, source, destination, /*peer_errors=*/true, &raw);
     const double min_ratio =
         row.ratio.empty() ? 0 : *std::min_element(row.ratio.begin(), row.ratio.end());
     std::printf("%-8s %8llu %12.2f %12.2f %12.2f %10.3f %10.3f\n", SizeName(g.block).c_str(),
@@ -330,6 +509,17 @@ void RunTransport(const TransportConfig& t, const Args& args, AlignedBuffer& sou
     std::printf("RATIO transfer_%s_%s %.3f ucx_perftest_%s_%s goal>=%.2f\n", t.name.c_str(),
                 SizeName(g.block).c_str(), Median(row.ratio), baseline, SizeName(g.block).c_str(),
                 g.goal);
+    if (!row.peer.empty()) {
+      std::printf(
+          "INFO transfer_%s_%s engine/perftest_with_peer_error_handling %.3f (perftest -e "
+          "%.2f GB/s)\n",
+          t.name.c_str(), SizeName(g.block).c_str(), Median(row.peer_ratio), Gbs(Best(row.peer)));
+    }
+    if (!row.raw.empty()) {
+      std::printf("INFO transfer_%s_%s engine/bare_ucx_loop %.3f (bare UCX loop %.2f GB/s)\n",
+                  t.name.c_str(), SizeName(g.block).c_str(), Median(row.raw_ratio),
+                  Gbs(Best(row.raw)));
+    }
     if (!row.cma.empty()) {
       std::printf("INFO transfer_%s_%s engine/cold_cma_copy %.3f (cold cma %.2f GB/s)\n",
                   t.name.c_str(), SizeName(g.block).c_str(), Median(row.cma_ratio),

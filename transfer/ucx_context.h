@@ -40,10 +40,11 @@ struct UcxContextOptions {
   // UCX_NET_DEVICES: "lo", "eth0", "mlx5_0:1", ... Empty: every device.
   std::string net_devices;
   // UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE in bytes; 0 leaves UCX's default (8 KiB / 64 KiB).
-  // The defaults here were chosen by bench/transfer_bench (docs/transfer.md has the figures).
-  // REQUIRES: rx >= tx when both are set (UCX refuses otherwise).
-  std::uint64_t tcp_tx_seg_size = 256 * 1024;
-  std::uint64_t tcp_rx_seg_size = 256 * 1024;
+  // 1 MiB each: the fastest of 8K/64K, 64K, 256K, 512K, 1M and 2M for the engine's 64 KiB to
+  // 4 MiB blocks in bench/transfer_bench (docs/transfer.md has the figures). Costs UCX receive
+  // buffers of 1 MiB. REQUIRES: rx >= tx when both are set (UCX refuses otherwise).
+  std::uint64_t tcp_tx_seg_size = 1024 * 1024;
+  std::uint64_t tcp_rx_seg_size = 1024 * 1024;
   // UCX_KEEPALIVE_INTERVAL: how often UCX checks that the peers of idle endpoints are alive (the
   // detection of a dead peer on shared memory; TCP sees a closed socket at once). Zero: UCX's
   // default (20 s).
