@@ -13,12 +13,14 @@
 //
 // Each round runs am_bw, tag_bw and the engine back to back; a ratio is the median over rounds of
 // the per-round ratio (robust to the load of a shared machine); throughputs printed are the best.
-// RATIO lines: blocks >= 1 MiB goal >= 0.85, 64 KiB blocks goal >= 0.60.
+// RATIO lines: blocks >= 1 MiB goal >= 0.85, 64 KiB blocks goal >= 0.60. Beside them, INFO lines:
+// perftest -e (peer error handling, as the engine's endpoints), a bare UCX loop moving the same
+// blocks (the engine's cost over UCX itself), and for shared memory a cold CMA copy of the same
+// blocks on one thread (the bound of one receiving progress thread on memory not in cache, which
+// the hot-buffer perftest is not).
 //
 // Then the TCP segment sizes (UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE): each candidate pair with
-// perftest and the engine (INFO lines), which is how the engine's defaults were chosen. Shared
-// memory also gets a cold CMA copy of the same blocks on one thread (INFO lines): the bound of one
-// receiving progress thread on memory that is not in cache, which the hot-buffer perftest is not.
+// perftest and the engine (INFO lines), which is how the engine's defaults were chosen.
 //
 //   transfer_bench [--pool-mib N] [--rounds R] [--sweep-rounds R] [--transports tcp,shm]
 //                  [--no-sweep] [--engine-only] [--block-kib 64|1024|4096] [--tcp-seg-kib N]
@@ -189,6 +191,10 @@ std::optional<double> Perftest(const TransportConfig& t, const std::string& test
   }
   kill(server, SIGKILL);
   waitpid(server, nullptr, 0);
+  if (output.empty()) {
+    std::fprintf(stderr, "ucx_perftest %s of %s on %s failed (is ucx-utils installed?)\n",
+                 test.c_str(), SizeName(size).c_str(), t.name.c_str());
+  }
   // The last line: iterations, 3 overheads (usec), bandwidth average and overall (MB/s = 2^20
   // bytes/s), message rates.
   std::istringstream lines(output);
@@ -562,7 +568,7 @@ void SweepSegments(const Args& args, AlignedBuffer& source, AlignedBuffer& desti
 
 int Run(int argc, char** argv) {
   const Args args = Parse(argc, argv);
-  KVMESH_CHECK(SetLogLevel("warn").ok());
+  KVMESH_CHECK(SetLogLevel("error").ok());  // not the peer_failed warning of each teardown
   const std::uint64_t pool = args.pool_mib * kMiB;
   Result<AlignedBuffer> source = AlignedBuffer::Allocate(pool);
   Result<AlignedBuffer> destination = AlignedBuffer::Allocate(pool);
