@@ -260,6 +260,8 @@ Status RunReplay(const ReplayOptions& options, std::ostream& out, std::ostream& 
   ReplaySource source;
   KVMESH_ASSIGN_OR_RETURN(const std::vector<TraceRequest> trace, LoadTrace(o, &source));
   const bool show_progress = !o.no_progress && (o.progress || err_is_tty);
+  if (o.live.live)
+    return RunLiveReplay(o.live, trace, o.tokens_per_block, show_progress, o.json, out);
   std::ostream* progress_stream = show_progress ? &err : nullptr;
   if (o.sweep) {
     return RunSweep(o, trace, source, config, progress_stream, out);
@@ -341,6 +343,7 @@ void RegisterReplayCommand(CLI::App& app, CommandOutcome& outcome) {
   sub->add_flag("--no-progress", o->no_progress, "No progress bar");
   sub->add_flag("--json", o->json, "Print the stable JSON format (docs/kvctl.md)");
   AddReplayTierFlags(sub, &o->tiers);
+  AddLiveReplayFlags(sub, &o->live);
   sub->callback([o, sub, &outcome] {
     ReplayOptions options = *o;
     options.sweep = sub->count("--sweep") > 0;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/replay_live.h"
 #include "cli/replay_tiers.h"
 #include "pool/trace.h"
 
@@ -59,6 +60,7 @@ struct ReplayOptions {
   bool no_progress = false;
   bool json = false;
   ReplayTierFlags tiers;
+  LiveReplayFlags live;  // --live: through the synthetic engine against a node (replay_live.h)
 };
 
 // "1000,2000,5000,10000,20000,unlimited"

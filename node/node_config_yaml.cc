@@ -373,6 +373,10 @@ const Field kControlFields[] = {
      [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.control.worker_threads); }},
 };
 
+const Field kMetricsFields[] = {
+    {"listen", [](const Value& v, NodeConfig& c) { return ReadString(v, &c.metrics.listen); }},
+};
+
 const Field kShutdownFields[] = {
     {"drain_timeout",
      [](const Value& v, NodeConfig& c) { return ReadDuration(v, &c.shutdown.drain_timeout); }},
@@ -386,8 +390,9 @@ const Field kLoggingFields[] = {
 };
 
 const Section kSections[] = {
-    {"model", kModelFields},     {"kv_cache", kKvCacheFields},  {"disk_tier", kDiskTierFields},
-    {"control", kControlFields}, {"shutdown", kShutdownFields}, {"logging", kLoggingFields},
+    {"model", kModelFields},     {"kv_cache", kKvCacheFields}, {"disk_tier", kDiskTierFields},
+    {"control", kControlFields}, {"metrics", kMetricsFields},  {"shutdown", kShutdownFields},
+    {"logging", kLoggingFields},
 };
 
 // Lower case with '-' as '_': how a near miss is compared.

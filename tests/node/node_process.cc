@@ -61,7 +61,10 @@ std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens
     << "  tcp_listen: 127.0.0.1:0\n"
     << "  secret: " << kTestSecret << "\n"
     << "  handshake_timeout: 2s\n"
-    << control_extra << extra << "logging:\n  level: info\n";
+    << control_extra;
+  // The metrics endpoint on a free port, unless the caller configures it.
+  if (extra.find("metrics:") == std::string::npos) y << "metrics:\n  listen: 127.0.0.1:0\n";
+  y << extra << "logging:\n  level: info\n";
   return y.str();
 }
 
@@ -145,6 +148,7 @@ Result<std::unique_ptr<KvnodeProcess>> KvnodeProcess::Start(const std::filesyste
       auto status = (*client)->GetStatus();
       if (status.ok()) {
         p->tcp_ = status->tcp_listen();
+        p->metrics_ = status->metrics_listen();
         return p;
       }
       last = status.status();
