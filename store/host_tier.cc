@@ -137,7 +137,14 @@ void HostTier::FreeSlot(Shard& shard, std::int32_t slot) {
 
 void HostTier::EraseSlot(Shard& shard, std::int32_t slot) {
   Slot& s = shard.slots[slot];
-  KVMESH_CHECK(!s.erase_pending);
+  KVMESH_CHECK(!s.erase_pending && !s.victim_erased);
+  if (s.spilling) {  // the put that chose it as victim gives the slot away when the sink returns
+    shard.index.erase(s.id);
+    counters_.entries.fetch_sub(1, std::memory_order_relaxed);
+    counters_.used_bytes.fetch_sub(shard.codec.bundle_bytes(), std::memory_order_relaxed);
+    s.victim_erased = true;
+    return;
+  }
   shard.index.erase(s.id);
   if (s.state == SlotState::kReady) {
     counters_.entries.fetch_sub(1, std::memory_order_relaxed);
@@ -153,15 +160,19 @@ void HostTier::EraseSlot(Shard& shard, std::int32_t slot) {
 
 Result<HostTier::Reservation> HostTier::Reserve(Shard& shard, const ContentId& id, int priority) {
   Reservation r;
+  r.id = id;
+  r.priority = priority;
   MutexLock lock(&shard.mu);
-  if (auto it = shard.index.find(id); it != shard.index.end()) {
-    Slot& s = shard.slots[it->second];
-    if (s.state == SlotState::kReady && s.in_lru) {
-      RemoveEvictable(shard, it->second);
-      s.priority = priority;
-      MakeEvictable(shard, it->second);  // most recently used
-    } else if (s.state == SlotState::kReady) {
-      s.priority = priority;  // pinned by a reader: back into the lists at its new priority
+  if (auto it = shard.index.find(id); it != shard.index.end() || shard.incoming.contains(id)) {
+    if (it != shard.index.end()) {
+      Slot& s = shard.slots[it->second];
+      if (s.state == SlotState::kReady && s.in_lru) {
+        RemoveEvictable(shard, it->second);
+        s.priority = priority;
+        MakeEvictable(shard, it->second);  // most recently used
+      } else if (s.state == SlotState::kReady) {
+        s.priority = priority;  // pinned by a reader: back into the lists at its new priority
+      }
     }
     counters_.put_present.fetch_add(1, std::memory_order_relaxed);
     r.already_held = true;
@@ -170,51 +181,74 @@ Result<HostTier::Reservation> HostTier::Reserve(Shard& shard, const ContentId& i
   if (!shard.free_slots.empty()) {
     r.slot = shard.free_slots.back();
     shard.free_slots.pop_back();
-  } else {
-    for (auto& list : shard.lru) {
-      if (!list.empty()) {
-        r.slot = list.front();
-        break;
-      }
-    }
-    if (r.slot < 0) {
-      return Status::ResourceExhausted(StrCat("host tier pool ", shard.config.id.value, ": all ",
-                                              shard.num_slots, " slots are being written or read"));
-    }
-    Slot& v = shard.slots[r.slot];
-    RemoveEvictable(shard, r.slot);
-    shard.index.erase(v.id);
-    r.has_victim = true;
-    r.victim = EvictedBundle{
-        shard.config.id,
-        v.id,
-        v.priority,
-        {SlotData(shard, r.slot), static_cast<std::size_t>(shard.codec.bundle_bytes())}};
-    counters_.evictions.fetch_add(1, std::memory_order_relaxed);
-    counters_.eviction_bytes.fetch_add(shard.codec.bundle_bytes(), std::memory_order_relaxed);
-    counters_.entries.fetch_sub(1, std::memory_order_relaxed);
-    counters_.used_bytes.fetch_sub(shard.codec.bundle_bytes(), std::memory_order_relaxed);
+    Slot& s = shard.slots[r.slot];
+    s.state = SlotState::kWriting;
+    s.id = id;
+    s.priority = priority;
+    s.pins = 0;
+    s.erase_pending = false;
+    shard.index[id] = r.slot;
+    return r;
   }
-  Slot& s = shard.slots[r.slot];
-  s.state = SlotState::kWriting;
-  s.id = id;
-  s.priority = priority;
-  s.pins = 0;
-  s.erase_pending = false;
-  shard.index[id] = r.slot;
+  for (auto& list : shard.lru) {
+    if (!list.empty()) {
+      r.slot = list.front();
+      break;
+    }
+  }
+  if (r.slot < 0) {
+    return Status::ResourceExhausted(StrCat("host tier pool ", shard.config.id.value, ": all ",
+                                            shard.num_slots, " slots are being written or read"));
+  }
+  // The victim stays in the index, readable, while the sink takes it (Spill).
+  Slot& v = shard.slots[r.slot];
+  RemoveEvictable(shard, r.slot);
+  v.spilling = true;
+  r.has_victim = true;
+  r.victim = EvictedBundle{
+      shard.config.id,
+      v.id,
+      v.priority,
+      {SlotData(shard, r.slot), static_cast<std::size_t>(shard.codec.bundle_bytes())}};
+  shard.incoming[id] = false;
+  counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+  counters_.eviction_bytes.fetch_add(shard.codec.bundle_bytes(), std::memory_order_relaxed);
   return r;
 }
 
-void HostTier::Spill(Shard& /*shard*/, const Reservation& r) {
-  if (!r.has_victim || !options_.on_evict) return;
-  const Status st = options_.on_evict(r.victim);
-  if (st.ok()) {
-    counters_.spills.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    counters_.spill_failures.fetch_add(1, std::memory_order_relaxed);
-    KVMESH_LOG_DEBUG("host tier spill failed pool {} id {} error {}", r.victim.pool.value,
-                     r.victim.id.ToHex(), st.ToString());
+void HostTier::Spill(Shard& shard, Reservation& r) {
+  if (!r.has_victim) return;
+  if (options_.on_evict) {
+    const Status st = options_.on_evict(r.victim);
+    if (st.ok()) {
+      counters_.spills.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      counters_.spill_failures.fetch_add(1, std::memory_order_relaxed);
+      KVMESH_LOG_DEBUG("host tier spill failed pool {} id {} error {}", r.victim.pool.value,
+                       r.victim.id.ToHex(), st.ToString());
+    }
   }
+  MutexLock lock(&shard.mu);
+  Slot& s = shard.slots[r.slot];
+  // Readers that pinned the victim while it spilled finish their copy first.
+  AwaitCondition(shard.cv, shard.mu,
+                 [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return s.pins == 0; });
+  if (!s.victim_erased) {
+    shard.index.erase(s.id);
+    counters_.entries.fetch_sub(1, std::memory_order_relaxed);
+    counters_.used_bytes.fetch_sub(shard.codec.bundle_bytes(), std::memory_order_relaxed);
+  }
+  auto in = shard.incoming.find(r.id);
+  const bool erased = in->second;
+  shard.incoming.erase(in);
+  s.spilling = false;
+  s.victim_erased = false;
+  s.state = SlotState::kWriting;
+  s.id = r.id;
+  s.priority = r.priority;
+  s.pins = 0;
+  s.erase_pending = erased;  // erased while its victim spilled: freed when published
+  if (!erased) shard.index[r.id] = r.slot;
 }
 
 void HostTier::Publish(Shard& shard, std::int32_t slot) {
@@ -293,16 +327,17 @@ Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst
     MutexLock lock(&shard->mu);
     Slot& s = shard->slots[slot];
     --s.pins;
-    if (!st.ok() && !s.erase_pending) {
+    if (!st.ok() && !s.erase_pending && !s.victim_erased) {
       EraseSlot(*shard, slot);  // frees it now if no other reader holds it
       erased_now = true;
-    } else if (s.pins == 0) {
+    } else if (s.pins == 0 && !s.spilling) {
       if (s.erase_pending) {
         FreeSlot(*shard, slot);
       } else {
         MakeEvictable(*shard, slot);  // most recently used
       }
     }
+    if (s.spilling && s.pins == 0) shard->cv.notify_all();  // the spilling put waits for this
   }
   if (!st.ok()) {
     if (erased_now) {
@@ -330,6 +365,11 @@ Status HostTier::Erase(TierPoolId pool, const ContentId& id) {
   MutexLock lock(&shard->mu);
   auto it = shard->index.find(id);
   if (it == shard->index.end()) {
+    if (auto in = shard->incoming.find(id); in != shard->incoming.end() && !in->second) {
+      in->second = true;  // being written while its slot's victim spills
+      counters_.erases.fetch_add(1, std::memory_order_relaxed);
+      return Status::Ok();
+    }
     return Status::NotFound(StrCat("host tier pool ", pool.value, ": no block ", id.ToHex()));
   }
   EraseSlot(*shard, it->second);

@@ -8,19 +8,27 @@
 //
 // Eviction (per pool, when a put finds no free slot): all ready, unpinned blocks of the lowest
 // priority before any of the next one; within a priority the least recently used (put or get)
-// first. A victim is handed to the eviction sink (e.g. a RocksDB tier's PutBundle) before its slot
-// is reused; a sink failure is counted (spill_failures) and the block is dropped — a tier is a
-// cache. Blocks being written or read are never victims.
+// first. A victim is handed to the eviction sink (e.g. a RocksDB tier's PutBundle, or the offload
+// engine's spill staging) before its slot is reused, and stays in the index — found by Contains,
+// readable by Get — until the sink has returned: a sink that makes the block findable elsewhere
+// before returning (staging, the tier below) leaves no moment in which the block is in no tier. A
+// sink failure is counted (spill_failures) and the block is dropped — a tier is a cache. Blocks
+// being written or read are never victims.
 //
 // Slot states (one shard's mutex guards every transition):
 //
 //   state     in index  evictable  how it is entered                 how it is left
 //   kFree     no        no         creation; erase/corrupt, unpinned  put takes it (→ kWriting)
 //   kWriting  yes*      no         put reserved it (free or victim)   put publishes (→ kReady)
-//   kReady    yes       if pins 0  put published                      evicted (→ kWriting);
-//                                                                     erased (→ kFree once pins 0)
+//   kReady    yes       if pins 0  put published                      chosen as victim (→
+//                                                                     spilling); erased (→ kFree
+//                                                                     once pins 0)
+//   spilling  yes       no         a put chose it as its victim       the sink returned and no
+//   (kReady)                                                          reader holds it (→ kWriting
+//                                                                     for the new block)
 //   (* a kWriting slot is in the index so that a second put of the same id does not copy again,
-//      but gets and Contains treat it as absent: a block is never visible before its copy is done.)
+//      but gets and Contains treat it as absent: a block is never visible before its copy is done.
+//      While its victim spills, the new block's id is in the shard's `incoming` set instead.)
 //
 // A reader pins a ready slot under the lock (pins > 0: not evictable, not reused), verifies and
 // copies out without the lock, and unpins under the lock. A writer reserves a slot under the lock,
@@ -38,6 +46,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <list>
 #include <memory>
@@ -108,6 +117,8 @@ class HostTier final : public BlockTier {
     int priority = kTierDefaultPriority;
     int pins = 0;
     bool erase_pending = false;  // removed from the index; free it when its users are done
+    bool spilling = false;       // a ready victim being handed to the sink (still readable)
+    bool victim_erased = false;  // spilling, and erased meanwhile (already out of the index)
     bool in_lru = false;
     std::list<std::int32_t>::iterator lru_pos;
   };
@@ -124,13 +135,19 @@ class HostTier final : public BlockTier {
     // Evictable slots per priority, least recently used at the front.
     std::array<std::list<std::int32_t>, kTierMaxPriority + 1> lru KVMESH_GUARDED_BY(mu);
     std::unordered_map<ContentId, std::int32_t, ContentIdHash> index KVMESH_GUARDED_BY(mu);
+    // Puts whose slot's victim is spilling: reserved (a second put of the id copies nothing), not
+    // yet in the index. An erase of one removes it (the put then frees its slot on publishing).
+    std::unordered_map<ContentId, bool, ContentIdHash> incoming KVMESH_GUARDED_BY(mu);
+    std::condition_variable cv;  // a spilling slot's last reader is done
   };
   // What a put reserved: a slot, and the victim it displaced (if any).
   struct Reservation {
     std::int32_t slot = -1;
     bool already_held = false;
-    bool has_victim = false;
+    bool has_victim = false;  // the slot's victim is spilling; `id` is in the incoming set
     EvictedBundle victim;
+    ContentId id;
+    int priority = kTierDefaultPriority;
   };
 
   HostTier(HostTierOptions options, HostMemory memory);
@@ -138,9 +155,11 @@ class HostTier final : public BlockTier {
   std::byte* SlotData(const Shard& shard, std::int32_t slot) const {
     return shard.base + static_cast<std::int64_t>(slot) * shard.slot_bytes;
   }
-  // Reserves a slot for `id` (evicting if needed). kResourceExhausted when none can be had.
+  // Reserves a slot for `id` (evicting if needed: the victim is spilled through the sink first).
+  // kResourceExhausted when none can be had.
   Result<Reservation> Reserve(Shard& shard, const ContentId& id, int priority);
-  void Spill(Shard& shard, const Reservation& r);
+  // Hands the victim to the sink, then gives its slot to the reserved id.
+  void Spill(Shard& shard, Reservation& r);
   void Publish(Shard& shard, std::int32_t slot);
   // Puts the reserved slot back to free (a failed write).
   void Abandon(Shard& shard, std::int32_t slot);

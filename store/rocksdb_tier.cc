@@ -4,6 +4,8 @@
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
+#include <chrono>
+
 #include "common/log.h"
 #include "common/strings.h"
 #include "store/rocksdb_tier_internal.h"
@@ -11,6 +13,24 @@
 namespace kvmesh {
 
 using rocksdb_tier::KeySlice;
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
+      .count();
+}
+
+rocksdb::WriteOptions WriteOptionsFor(const RocksDbTierOptions& o) {
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = o.durability != DiskDurability::kWal;
+  wo.sync = o.durability == DiskDurability::kWal && o.wal_sync;
+  return wo;
+}
+
+}  // namespace
 
 Result<RocksDbTier::PoolFamilies*> RocksDbTier::FindPool(TierPoolId pool, int priority) const {
   if (priority < kTierMinPriority || priority > kTierMaxPriority) {
@@ -43,6 +63,7 @@ Status RocksDbTier::Disable(std::string_view op, const rocksdb::Status& s) {
     MutexLock lock(&mu_);
     disabled_reason_ = reason;
   }
+  upkeep_cv_.notify_all();
   return Status::IoError(StrCat("rocksdb tier ", options_.path, " ", reason, " (tier disabled)"));
 }
 
@@ -52,10 +73,35 @@ void RocksDbTier::EraseFromIndex(const Key& key) {
   if (it->second.state == EntryState::kReady) {
     order_.erase({it->second.priority, it->second.seq, key.pool, key.id});
     ready_bytes_ -= it->second.bytes;
+    if (!it->second.durable) --not_durable_entries_;
   }
   dirty_.erase(key);
   used_bytes_ -= it->second.bytes;
   index_.erase(it);
+}
+
+RocksDbTier::Key RocksDbTier::EvictOne() {
+  const OrderKey victim = *order_.begin();
+  const Key key{victim.pool, victim.id};
+  counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+  counters_.eviction_bytes.fetch_add(index_.at(key).bytes, std::memory_order_relaxed);
+  if (options_.on_evict) options_.on_evict(key.pool, key.id);
+  EraseFromIndex(key);
+  return key;
+}
+
+Status RocksDbTier::WriteDeletes(std::span<const Key> victims, std::string_view op) {
+  if (victims.empty()) return Status::Ok();
+  rocksdb::WriteBatch batch;
+  for (const Key& v : victims) {
+    const PoolFamilies& vp = *FindPool(v.pool, kTierDefaultPriority).value();
+    batch.Delete(vp.data, KeySlice(v.id)).PermitUncheckedError();
+    batch.Delete(vp.meta, KeySlice(v.id)).PermitUncheckedError();
+  }
+  if (rocksdb::Status s = db_->Write(WriteOptionsFor(options_), &batch); !s.ok()) {
+    return Disable(op, s);
+  }
+  return Status::Ok();
 }
 
 Result<RocksDbTier::Reservation> RocksDbTier::Reserve(const PoolFamilies& p, const ContentId& id,
@@ -81,23 +127,34 @@ Result<RocksDbTier::Reservation> RocksDbTier::Reserve(const PoolFamilies& p, con
     r.already_held = true;
     return r;
   }
-  if (writing_bytes_ + bytes > options_.capacity_bytes) {
-    return Status::ResourceExhausted(StrCat("rocksdb tier: ", bytes, " bytes do not fit in ",
-                                            options_.capacity_bytes, " with ", writing_bytes_,
+  const std::int64_t on_disk = disk_bytes_.load(std::memory_order_relaxed) +
+                               committed_since_sample_.load(std::memory_order_relaxed);
+  const bool on_disk_limit = options_.capacity_bytes >= rocksdb_tier::kMinOnDiskCapacity;
+  if (on_disk_limit &&
+      (over_capacity_.load(std::memory_order_relaxed) ||
+       static_cast<double>(on_disk + bytes) >
+           rocksdb_tier::kWriteLimit * static_cast<double>(options_.capacity_bytes))) {
+    counters_.over_capacity.fetch_add(1, std::memory_order_relaxed);
+    upkeep_cv_.notify_one();
+    return Status::ResourceExhausted(
+        StrCat("rocksdb tier: ", on_disk, " bytes on disk, at its capacity of ",
+               options_.capacity_bytes, " while compaction reclaims evicted blocks"));
+  }
+  const std::int64_t budget = Budget();
+  if (writing_bytes_ + bytes > budget || used_bytes_ - ready_bytes_ + bytes > budget) {
+    return Status::ResourceExhausted(StrCat("rocksdb tier: ", bytes, " bytes do not fit in its ",
+                                            "budget of ", budget, " with ", writing_bytes_,
                                             " bytes being written"));
   }
-  while (used_bytes_ + bytes > options_.capacity_bytes && !order_.empty()) {
-    const OrderKey victim = *order_.begin();
-    const Key vk{victim.pool, victim.id};
-    counters_.evictions.fetch_add(1, std::memory_order_relaxed);
-    counters_.eviction_bytes.fetch_add(index_.at(vk).bytes, std::memory_order_relaxed);
-    EraseFromIndex(vk);
-    r.victims.push_back(vk);
-  }
-  KVMESH_CHECK_LE(used_bytes_ + bytes, options_.capacity_bytes);
+  while (used_bytes_ + bytes > budget && !order_.empty()) r.victims.push_back(EvictOne());
   r.seq = next_seq_++;
   r.generation = next_generation_++;
-  index_.emplace(key, Entry{EntryState::kWriting, priority, r.seq, r.generation, bytes});
+  Entry e;
+  e.priority = priority;
+  e.seq = r.seq;
+  e.generation = r.generation;
+  e.bytes = bytes;
+  index_.emplace(key, e);
   used_bytes_ += bytes;
   writing_bytes_ += bytes;
   return r;
@@ -126,9 +183,7 @@ Status RocksDbTier::Commit(const PoolFamilies& p, const ContentId& id, int prior
       .PermitUncheckedError();
   const auto meta = rocksdb_tier::EncodeMeta(r.seq, priority);
   batch.Put(p.meta, key_slice, rocksdb::Slice(meta.data(), meta.size())).PermitUncheckedError();
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = options_.disable_wal;
-  wo.sync = options_.sync_writes && !options_.disable_wal;
+  const rocksdb::WriteOptions wo = WriteOptionsFor(options_);
   const rocksdb::Status s = db_->Write(wo, &batch);
 
   bool erased_meanwhile = false;
@@ -139,17 +194,38 @@ Status RocksDbTier::Commit(const PoolFamilies& p, const ContentId& id, int prior
     const bool mine = it != index_.end() && it->second.generation == r.generation;
     if (!s.ok()) {
       if (mine) EraseFromIndex(key);
-    } else if (mine) {
-      it->second.state = EntryState::kReady;
-      order_.insert({it->second.priority, it->second.seq, key.pool, key.id});
-      ready_bytes_ += bytes;
     } else {
-      erased_meanwhile = it == index_.end();
+      // Acknowledgement numbers follow the order in which puts return (taken under the lock).
+      const std::uint64_t ack = acked_.load(std::memory_order_relaxed) + 1;
+      acked_.store(ack, std::memory_order_release);
+      const bool durable_now = options_.durability == DiskDurability::kWal;
+      if (durable_now) durable_.store(ack, std::memory_order_release);
+      if (mine) {
+        Entry& e = it->second;
+        e.state = EntryState::kReady;
+        e.ack = ack;
+        e.durable = durable_now;
+        order_.insert({e.priority, e.seq, key.pool, key.id});
+        ready_bytes_ += bytes;
+        if (!durable_now) {
+          ++not_durable_entries_;
+          not_durable_.emplace_back(ack, key);
+        }
+      } else {
+        erased_meanwhile = it == index_.end();
+      }
     }
   }
   if (!s.ok()) return Disable("put", s);
   counters_.puts.fetch_add(1, std::memory_order_relaxed);
   counters_.put_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  committed_since_sample_.fetch_add(bytes, std::memory_order_relaxed);
+  std::int64_t expected = 0;
+  first_unflushed_ns_.compare_exchange_strong(expected, NowNs(), std::memory_order_relaxed);
+  if (unflushed_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes >=
+      options_.flush_after_bytes) {
+    upkeep_cv_.notify_one();
+  }
   if (erased_meanwhile) {  // an Erase came while the write ran: undo it
     rocksdb::WriteBatch undo;
     undo.Delete(p.data, key_slice).PermitUncheckedError();
@@ -201,9 +277,7 @@ Status RocksDbTier::DropCorrupt(const PoolFamilies& p, const ContentId& id,
   rocksdb::WriteBatch batch;
   batch.Delete(p.data, KeySlice(id)).PermitUncheckedError();
   batch.Delete(p.meta, KeySlice(id)).PermitUncheckedError();
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = options_.disable_wal;
-  if (rocksdb::Status s = db_->Write(wo, &batch); !s.ok()) {
+  if (rocksdb::Status s = db_->Write(WriteOptionsFor(options_), &batch); !s.ok()) {
     Disable("delete corrupt", s).IgnoreError();  // reported below as the corruption it is
   }
   return Status::Corruption(
@@ -304,9 +378,9 @@ Status RocksDbTier::Erase(TierPoolId pool, const ContentId& id) {
   rocksdb::WriteBatch batch;
   batch.Delete(p->data, KeySlice(id)).PermitUncheckedError();
   batch.Delete(p->meta, KeySlice(id)).PermitUncheckedError();
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = options_.disable_wal;
-  if (rocksdb::Status s = db_->Write(wo, &batch); !s.ok()) return Disable("erase", s);
+  if (rocksdb::Status s = db_->Write(WriteOptionsFor(options_), &batch); !s.ok()) {
+    return Disable("erase", s);
+  }
   return Status::Ok();
 }
 
@@ -314,9 +388,13 @@ TierStats RocksDbTier::stats() const {
   TierStats s = counters_.Snapshot();  // entries and used bytes: from the index, below
   s.capacity_bytes = options_.capacity_bytes;
   s.disabled = disabled();
+  s.disk_bytes = disk_bytes_.load(std::memory_order_relaxed);
+  s.damage = damage_;
   MutexLock lock(&mu_);
   s.entries = static_cast<std::int64_t>(order_.size());
+  s.durable_entries = s.entries - not_durable_entries_;
   s.used_bytes = ready_bytes_;
+  s.disabled_reason = disabled_reason_;
   return s;
 }
 

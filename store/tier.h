@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "common/content_id.h"
@@ -61,6 +62,13 @@ struct TierStats {
   std::int64_t used_bytes = 0;      // bundle bytes held now
   std::int64_t capacity_bytes = 0;
   bool disabled = false;  // RocksDB tier after an I/O error
+  // RocksDB tier only (zero or empty for the host tier):
+  std::int64_t durable_entries = 0;  // of `entries`, those a crash keeps by the durability promise
+  std::int64_t disk_bytes = 0;       // bytes of the tier's files on disk (SST and blob files)
+  std::int64_t over_capacity = 0;    // puts refused: on-disk bytes at capacity (compaction behind)
+  std::int64_t flushes = 0;          // completed flushes that made puts durable
+  std::string disabled_reason;       // the error that disabled the tier (empty while enabled)
+  std::string damage;                // damage found at open and what was done about it
 };
 
 // The counting side of TierStats, for the tiers' implementations: updated with relaxed atomics on
@@ -68,9 +76,9 @@ struct TierStats {
 struct TierCounters {
   std::atomic<std::int64_t> puts{0}, put_bytes{0}, put_present{0}, hits{0}, hit_bytes{0}, misses{0},
       corrupt{0}, evictions{0}, eviction_bytes{0}, spills{0}, spill_failures{0}, erases{0},
-      io_errors{0}, entries{0}, used_bytes{0};
+      io_errors{0}, entries{0}, used_bytes{0}, over_capacity{0}, flushes{0};
 
-  // Every count; capacity_bytes and disabled are the tier's to fill.
+  // Every count; capacity_bytes, disabled and the RocksDB tier's state are the tier's to fill.
   [[nodiscard]] TierStats Snapshot() const {
     const auto ld = [](const std::atomic<std::int64_t>& a) {
       return a.load(std::memory_order_relaxed);
@@ -91,6 +99,8 @@ struct TierCounters {
     s.io_errors = ld(io_errors);
     s.entries = ld(entries);
     s.used_bytes = ld(used_bytes);
+    s.over_capacity = ld(over_capacity);
+    s.flushes = ld(flushes);
     return s;
   }
 };

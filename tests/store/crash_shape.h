@@ -29,7 +29,7 @@ inline RocksDbTierOptions CrashTierOptions(const std::string& path, bool wal) {
   o.path = path;
   o.capacity_bytes = 1ll << 34;  // never evicts: absence can only come from the crash
   o.pools = {{kCrashPool, LayoutOf(CrashShape().geometry), 1.0f}};
-  o.disable_wal = !wal;
+  o.durability = wal ? DiskDurability::kWal : DiskDurability::kNone;
   o.write_buffer_bytes = 1 << 20;
   o.max_write_buffer_number = 2;
   return o;

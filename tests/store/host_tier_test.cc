@@ -327,3 +327,69 @@ TEST(HostMemory, KindsAndFallback) {
 
 }  // namespace
 }  // namespace kvmesh
+
+namespace kvmesh {
+namespace {
+
+// Issue 11, finding 7: during a spill the block was in no tier (the host tier dropped it from its
+// index before calling the sink, and the sink staged it only afterwards). Now the victim stays
+// findable and readable in the host tier until the sink has returned; a put of the new block's id
+// meanwhile copies nothing, and an erase of either is honoured.
+TEST(HostTier, VictimStaysFindableWhileTheSinkRuns) {
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  TestPool src(layout, 4, 1.0f), dst(layout, 1, 1.0f);
+  HostTier* self = nullptr;
+  int calls = 0;
+  bool found = false, read = false, second_put_present = false;
+  auto tier = MakeTier(Small(), 2, [&](const EvictedBundle& e) {
+    ++calls;
+    found = self->Contains(e.pool, e.id);
+    read = self->Get(e.pool, e.id, dst.view(), 0).ok() && dst.Snapshot(0) == src.Expected(10);
+    const auto before = self->stats().put_present;
+    second_put_present = self->Put(kPool, IdFor(3), src.view(), 2, 35).ok() &&
+                         self->stats().put_present == before + 1;  // id 3 is being put
+    EXPECT_FALSE(self->Contains(kPool, IdFor(3))) << "visible before its copy";
+    return Status::Ok();
+  });
+  self = tier.get();
+  src.Fill(0, 10);
+  src.Fill(1, 11);
+  src.Fill(2, 12);
+  ASSERT_TRUE(tier->Put(kPool, IdFor(1), src.view(), 0, 35).ok());
+  ASSERT_TRUE(tier->Put(kPool, IdFor(2), src.view(), 1, 35).ok());
+  ASSERT_TRUE(tier->Put(kPool, IdFor(3), src.view(), 2, 35).ok());  // evicts 1
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(found) << "the victim was in no tier while it spilled";
+  EXPECT_TRUE(read);
+  EXPECT_TRUE(second_put_present);
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(1)));
+  ASSERT_TRUE(tier->Get(kPool, IdFor(3), dst.view(), 0).ok());
+  EXPECT_EQ(dst.Snapshot(0), src.Expected(12));
+  const TierStats s = tier->stats();
+  EXPECT_EQ(s.entries, 2);
+  EXPECT_EQ(s.spills, 1);
+}
+
+TEST(HostTier, EraseDuringASpillIsHonoured) {
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  TestPool src(layout, 3, 1.0f), dst(layout, 1, 1.0f);
+  HostTier* self = nullptr;
+  auto tier = MakeTier(Small(), 1, [&](const EvictedBundle& e) {
+    EXPECT_TRUE(self->Erase(e.pool, e.id).ok());     // the victim
+    EXPECT_TRUE(self->Erase(kPool, IdFor(2)).ok());  // the block being put
+    EXPECT_TRUE(self->Erase(kPool, IdFor(2)).IsNotFound());
+    return Status::Ok();
+  });
+  self = tier.get();
+  src.Fill(0, 1);
+  ASSERT_TRUE(tier->Put(kPool, IdFor(1), src.view(), 0, 35).ok());
+  ASSERT_TRUE(tier->Put(kPool, IdFor(2), src.view(), 0, 35).ok());
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(1)));
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(2)));
+  EXPECT_EQ(tier->stats().entries, 0);
+  ASSERT_TRUE(tier->Put(kPool, IdFor(4), src.view(), 0, 35).ok());  // the slot is free again
+  EXPECT_TRUE(tier->Contains(kPool, IdFor(4)));
+}
+
+}  // namespace
+}  // namespace kvmesh

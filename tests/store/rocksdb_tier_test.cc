@@ -12,6 +12,7 @@
 #include <map>
 
 #include "tests/store/fault_injection_fs.h"
+#include "tests/store/rocksdb_test_util.h"
 #include "tests/store/store_test_util.h"
 
 namespace kvmesh {
@@ -32,59 +33,14 @@ const Shape& Small() {
 
 RocksDbTierOptions OptionsFor(const std::string& path, const std::vector<Shape>& shapes,
                               std::int64_t capacity = 1ll << 30) {
-  RocksDbTierOptions o;
-  o.path = path;
-  o.capacity_bytes = capacity;
-  o.write_buffer_bytes = 1 << 20;
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    o.pools.push_back({TierPoolId{static_cast<std::int32_t>(i)}, LayoutOf(shapes[i].geometry),
-                       shapes[i].pool_scale});
-  }
-  return o;
+  return store_test::TierOptionsFor(path, shapes, capacity);
 }
 
 std::unique_ptr<RocksDbTier> OpenTier(const RocksDbTierOptions& o) {
-  auto tier = RocksDbTier::Open(o);
-  KVMESH_CHECK(tier.ok()) << tier.status().ToString();
-  return std::move(*tier);
+  return store_test::OpenTierOrDie(o);
 }
 
-// Opens the database without the tier (to play the part of a disk that went bad).
-struct RawDb {
-  explicit RawDb(const std::string& path) {
-    std::vector<std::string> names;
-    KVMESH_CHECK(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &names).ok());
-    std::vector<rocksdb::ColumnFamilyDescriptor> descs;
-    for (const auto& n : names) descs.emplace_back(n, rocksdb::ColumnFamilyOptions());
-    rocksdb::DB* raw = nullptr;
-    const auto s = rocksdb::DB::Open(rocksdb::DBOptions(), path, descs, &handles, &raw);
-    KVMESH_CHECK(s.ok()) << s.ToString();
-    db.reset(raw);
-    for (std::size_t i = 0; i < names.size(); ++i) by_name[names[i]] = handles[i];
-  }
-  ~RawDb() {
-    for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
-    db->Close().PermitUncheckedError();
-  }
-  void Put(const std::string& cf, const ContentId& id, const std::string& value) {
-    const rocksdb::Slice key(reinterpret_cast<const char*>(id.bytes.data()), 16);
-    KVMESH_CHECK(db->Put(rocksdb::WriteOptions(), by_name.at(cf), key, value).ok());
-  }
-  bool Has(const std::string& cf, const ContentId& id) {
-    const rocksdb::Slice key(reinterpret_cast<const char*>(id.bytes.data()), 16);
-    std::string v;
-    return db->Get(rocksdb::ReadOptions(), by_name.at(cf), key, &v).ok();
-  }
-  std::string Get(const std::string& cf, const ContentId& id) {
-    const rocksdb::Slice key(reinterpret_cast<const char*>(id.bytes.data()), 16);
-    std::string v;
-    KVMESH_CHECK(db->Get(rocksdb::ReadOptions(), by_name.at(cf), key, &v).ok());
-    return v;
-  }
-  std::unique_ptr<rocksdb::DB> db;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  std::map<std::string, rocksdb::ColumnFamilyHandle*> by_name;
-};
+using store_test::RawDb;
 
 TEST(RocksDbTier, RoundTripEveryPool) {
   TempDir dir;
@@ -182,7 +138,8 @@ TEST(RocksDbTier, CapacityAndEvictionOrderAlsoAfterRestart) {
   const KvPoolLayout layout = LayoutOf(Small().geometry);
   auto codec = BundleCodec::Create(layout, 1.0f);
   ASSERT_TRUE(codec.ok());
-  const auto o = OptionsFor(dir.path() + "/db", {Small()}, 4 * codec->bundle_bytes());
+  auto o = OptionsFor(dir.path() + "/db", {Small()});
+  o.fixed_budget_bytes = 4 * codec->bundle_bytes();
   TestPool src(layout, 1, 1.0f), dst(layout, 1, 1.0f);
   src.Fill(0, 1);
   {
@@ -211,7 +168,8 @@ TEST(RocksDbTier, CapacityAndEvictionOrderAlsoAfterRestart) {
   EXPECT_FALSE(tier->Contains(kPool, IdFor(4)));
   for (int i : {0, 3, 5, 6}) EXPECT_TRUE(tier->Contains(kPool, IdFor(i))) << i;
 
-  auto tiny = OptionsFor(dir.path() + "/tiny", {Small()}, codec->bundle_bytes() - 1);
+  auto tiny = OptionsFor(dir.path() + "/tiny", {Small()});
+  tiny.fixed_budget_bytes = codec->bundle_bytes() - 1;
   auto small_tier = OpenTier(tiny);
   EXPECT_TRUE(small_tier->Put(kPool, IdFor(1), src.view(), 0, 35).IsResourceExhausted());
 }
