@@ -136,8 +136,9 @@ struct RocksDbTierOptions {
   bool enable_blob_files = true;  // values in blob files instead of the SSTs
   std::int64_t min_blob_bytes = 0;
   bool use_direct_io = false;  // direct reads and direct flush/compaction writes
-  // Per memtable of the bundle families (>= 256 KiB); at most capacity_bytes / 32 is used, so that
-  // memtables and level-0 files stay a small part of a small tier.
+  // Per memtable of the bundle families (>= 256 KiB); at most capacity_bytes / 32 is used (when
+  // the capacity is counted on disk, >= 16 MiB), so that memtables and level-0 files stay a small
+  // part of a small tier.
   std::int64_t write_buffer_bytes = 16ll << 20;
   int max_write_buffer_number = 2;             // >= 2
   std::int64_t block_cache_bytes = 8ll << 20;  // 0: no block cache

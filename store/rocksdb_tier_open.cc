@@ -133,6 +133,9 @@ std::string RocksDbTier::MetaColumnFamilyName(TierPoolId pool, const GeometryFin
 RocksDbTier::RocksDbTier(RocksDbTierOptions options) : options_(std::move(options)) {}
 
 std::int64_t RocksDbTier::EffectiveWriteBuffer() const {
+  if (options_.capacity_bytes < rocksdb_tier::kMinOnDiskCapacity) {
+    return options_.write_buffer_bytes;  // counted in bundle bytes: memtables are not a concern
+  }
   return std::clamp(options_.capacity_bytes / 32, kMinWriteBuffer, options_.write_buffer_bytes);
 }
 
