@@ -169,7 +169,7 @@ int Run(const Args& args) {
   o.path = dir + "/tier";
   o.capacity_bytes = 1ll << 40;
   o.pools = {{TierPoolId{0}, *layout, 1.0f}};
-  o.disable_wal = true;
+  o.durability = DiskDurability::kNone;  // as db_bench --disable_wal=1, no timed flushes
   o.write_buffer_bytes = sh.write_buffer;
   o.max_write_buffer_number = sh.max_write_buffers;
   o.block_cache_bytes = sh.cache;

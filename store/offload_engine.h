@@ -17,12 +17,16 @@
 //   - else the engine takes the block's MoveOutTicket and a copy worker puts the block into the top
 //     tier (host, or RocksDB without a host tier), then completes the ticket: the slot is not
 //     reused before the copy is done, and the manager's lock is not held during the copy.
-//   Claimed blocks (OnEvict, kClaimed) are copied synchronously during the call, same rules.
+//   Claimed blocks (a sequence's copy-free partial reuse, kClaimed) take the same deferred path:
+//   the engine takes the claim's ticket and a worker copies the block; the manager hands it to
+//   the claiming sequence once the ticket completed, waiting without its lock.
 // Spill: the host tier's eviction sink. A host victim not already on disk is copied into staging
 // memory and written to RocksDB by the spill thread (bounded by max_spill_queue_bytes: a put that
-// finds the queue full waits for it to drain), so no disk I/O runs in HostTier::Put. A staged
-// block stays findable (CountHeld, Onboard: verified like any tier read, counted as a host hit)
-// until RocksDB holds it, so a spill opens no window in which the block is in no tier.
+// finds the queue full waits for it to drain — on a copy worker, never under the manager's lock),
+// so no disk I/O runs in HostTier::Put. The host tier keeps the victim findable until the sink
+// returned, and the staged block stays findable (CountHeld, Onboard: verified like any tier read,
+// counted as a host hit) until RocksDB holds it, so a spill opens no window in which the block is
+// in no tier.
 //
 // Onboard: CountHeld(ids) says how many blocks, from the first on, the tiers hold (every pool's
 // block of each); Onboard(ids, blocks) copies them into the given pool blocks, host first, then
@@ -31,11 +35,11 @@
 // it and those after are not (a failed check is a miss plus a counter, never data).
 //
 // Threads and locks. Copies run on `copy_threads` workers (0: in the calling thread, synchronous
-// and deterministic); spills on one spill thread (0 copy threads: in the putting thread). A
-// worker never takes the block manager's lock, which is what lets the manager wait, holding its
-// lock, for a move out to complete (pool/move_out.h). The tiers' own locks are taken under the
-// manager's lock only by Contains (a map lookup); no disk I/O and no block copy runs under it
-// unless copy_threads is 0.
+// and deterministic — everything then runs under the manager's lock, for tests only); spills on
+// one spill thread (0 copy threads: in the putting thread). A worker never takes the block
+// manager's lock, and the manager waits for move outs without holding it (pool/move_out.h). The
+// tiers' own locks are taken under the manager's lock only by Contains (a map lookup); no disk
+// I/O and no block copy runs under it unless copy_threads is 0.
 //
 // GPU pools (not built here; the design keeps it open): offload would stage a block through a
 // host-tier slot — cudaMemcpyAsync device → pinned slot (HostTier memory is cudaHostAlloc'ed when

@@ -12,9 +12,8 @@ RocksDbLogger::RocksDbLogger(std::string path)
     : rocksdb::Logger(rocksdb::InfoLogLevel::DEBUG_LEVEL), path_(std::move(path)) {}
 
 void RocksDbLogger::Logv(rocksdb::InfoLogLevel level, const char* format, va_list ap) {
-  const bool important =
-      level >= rocksdb::InfoLogLevel::WARN_LEVEL && level != rocksdb::InfoLogLevel::HEADER_LEVEL;
-  if (!important && !spdlog::should_log(spdlog::level::debug)) return;
+  const bool fatal = level == rocksdb::InfoLogLevel::FATAL_LEVEL;
+  if (!fatal && !spdlog::should_log(spdlog::level::debug)) return;
   char buffer[1024];
   va_list copy;
   va_copy(copy, ap);
@@ -24,15 +23,10 @@ void RocksDbLogger::Logv(rocksdb::InfoLogLevel level, const char* format, va_lis
   std::string_view line(buffer,
                         std::min<std::size_t>(static_cast<std::size_t>(n), sizeof(buffer) - 1));
   while (!line.empty() && line.back() == '\n') line.remove_suffix(1);
-  switch (level) {
-    case rocksdb::InfoLogLevel::ERROR_LEVEL:
-    case rocksdb::InfoLogLevel::FATAL_LEVEL:
-      KVMESH_LOG_ERROR("rocksdb path {} {}", path_, line);
-      break;
-    case rocksdb::InfoLogLevel::WARN_LEVEL:
-      KVMESH_LOG_WARN("rocksdb path {} {}", path_, line);
-      break;
-    default: KVMESH_LOG_DEBUG("rocksdb path {} {}", path_, line); break;
+  if (fatal) {
+    KVMESH_LOG_ERROR("rocksdb path {} {}", path_, line);
+  } else {
+    KVMESH_LOG_DEBUG("rocksdb path {} {}", path_, line);
   }
 }
 

@@ -6,9 +6,11 @@
 // synced — reopening a tier on a full disk killed the process with SIGABRT instead of returning
 // an error. With this logger nothing of RocksDB's logging touches the disk.
 //
-// Levels: RocksDB's ERROR and FATAL go to spdlog's error, WARN to warn, INFO, DEBUG and HEADER
-// to debug (RocksDB logs several lines per flush and compaction at INFO; they are detail, not
-// news). Each line is prefixed with "rocksdb " and the tier path.
+// Levels: RocksDB's FATAL goes to spdlog's error, everything else to debug. RocksDB's errors and
+// warnings are not news for the operator: every error it has reaches the tier through a call's
+// status, and the tier logs it once where it sees it (disabling itself) or returns it (open) — a
+// second copy from RocksDB's own log would print each error twice. Write stalls and the like are
+// there at debug level. Each line is prefixed with "rocksdb path <tier path>".
 //
 // Thread safety: thread-safe (RocksDB logs from its background threads; spdlog is thread-safe).
 #pragma once

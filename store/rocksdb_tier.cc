@@ -132,8 +132,8 @@ Result<RocksDbTier::Reservation> RocksDbTier::Reserve(const PoolFamilies& p, con
   const bool on_disk_limit = options_.capacity_bytes >= rocksdb_tier::kMinOnDiskCapacity;
   if (on_disk_limit &&
       (over_capacity_.load(std::memory_order_relaxed) ||
-       static_cast<double>(on_disk + bytes) >
-           rocksdb_tier::kWriteLimit * static_cast<double>(options_.capacity_bytes))) {
+       static_cast<double>(on_disk + bytes) > rocksdb_tier::FractionsFor(options_).write_limit *
+                                                  static_cast<double>(options_.capacity_bytes))) {
     counters_.over_capacity.fetch_add(1, std::memory_order_relaxed);
     upkeep_cv_.notify_one();
     return Status::ResourceExhausted(

@@ -29,13 +29,19 @@ namespace rocksdb_tier {
 inline constexpr std::size_t kMetaBytes = 16;
 inline constexpr std::uint8_t kMetaFormat = 1;
 
-// Capacity on disk: kvmesh's own puts stop when the on-disk size reaches kWriteLimit of the
+// Capacity on disk: kvmesh's own puts stop when the on-disk size reaches `write_limit` of the
 // capacity (the rest is room for RocksDB's compactions and blob garbage collection, which write
-// before they delete); the logical budget is kTargetFill of the capacity over the learned space
-// amplification; below kResumeFill puts are taken again.
-inline constexpr double kWriteLimit = 0.9;
-inline constexpr double kResumeFill = 0.85;
-inline constexpr double kTargetFill = 0.75;
+// before they delete); they resume below `resume`; the logical budget is `target` of the
+// capacity over the learned space amplification. With the bundles in the SSTs, compactions of
+// random keys rewrite whole levels and need more room.
+struct CapacityFractions {
+  double write_limit, resume, target;
+};
+inline constexpr CapacityFractions kBlobFractions{0.9, 0.85, 0.8};
+inline constexpr CapacityFractions kSstFractions{0.8, 0.75, 0.65};
+inline const CapacityFractions& FractionsFor(const RocksDbTierOptions& o) {
+  return o.enable_blob_files ? kBlobFractions : kSstFractions;
+}
 // Below this capacity RocksDB's fixed costs (memtable arenas, per-file indexes and footers, the
 // MANIFEST) would be most of the bytes on disk: such a tier counts bundle bytes (its capacity is
 // then the logical budget, with no on-disk write limit).

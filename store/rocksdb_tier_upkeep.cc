@@ -128,9 +128,11 @@ void RocksDbTier::SampleCapacity() {
   disk_bytes_.store(on_disk, std::memory_order_relaxed);
   if (options_.capacity_bytes < rocksdb_tier::kMinOnDiskCapacity) {
     // Counted in bundle bytes (see kMinOnDiskCapacity): the budget is the capacity.
-  } else if (static_cast<double>(on_disk) >= rocksdb_tier::kWriteLimit * capacity) {
+  } else if (static_cast<double>(on_disk) >=
+             rocksdb_tier::FractionsFor(options_).write_limit * capacity) {
     over_capacity_.store(true, std::memory_order_relaxed);
-  } else if (static_cast<double>(on_disk) < rocksdb_tier::kResumeFill * capacity) {
+  } else if (static_cast<double>(on_disk) <
+             rocksdb_tier::FractionsFor(options_).resume * capacity) {
     over_capacity_.store(false, std::memory_order_relaxed);
   }
   std::vector<Key> victims;
@@ -152,7 +154,7 @@ void RocksDbTier::SampleCapacity() {
   }
   WriteDeletes(victims, "evict to budget").IgnoreError();  // a failure disables (logged there)
   if (options_.capacity_bytes >= rocksdb_tier::kMinOnDiskCapacity &&
-      static_cast<double>(on_disk) >= rocksdb_tier::kResumeFill * capacity) {
+      static_cast<double>(on_disk) >= rocksdb_tier::FractionsFor(options_).resume * capacity) {
     NudgeCompaction();
   }
 }
@@ -161,7 +163,7 @@ std::int64_t RocksDbTier::LogicalBudget() const {
   if (options_.fixed_budget_bytes > 0) return options_.fixed_budget_bytes;
   if (options_.capacity_bytes < rocksdb_tier::kMinOnDiskCapacity) return options_.capacity_bytes;
   return static_cast<std::int64_t>(static_cast<double>(options_.capacity_bytes) *
-                                   rocksdb_tier::kTargetFill / amplification_);
+                                   rocksdb_tier::FractionsFor(options_).target / amplification_);
 }
 
 void RocksDbTier::NudgeCompaction() {

@@ -90,6 +90,7 @@ Result<std::unique_ptr<TieredReplay>> TieredReplay::Create(const TieredReplayOpt
     RocksDbTierOptions d;
     d.path = r->disk_dir_;
     d.capacity_bytes = options.disk_blocks * codec.bundle_bytes();
+    d.durability = options.disk_durability;
     e.disk = d;
     r->counts_.disk_path = r->disk_dir_;
     r->counts_.disk_kept = !r->remove_disk_dir_;
@@ -153,18 +154,26 @@ TieredReplayStats TieredReplay::stats() const {
 
 Result<TieredReplayResult> ReplayTraceWithTiers(std::span<const TraceRequest> trace,
                                                 const ReplayConfig& config,
-                                                TieredReplayOptions tiers) {
+                                                TieredReplayOptions tiers,
+                                                SignalFlush* signal_flush) {
   if (!config.capacity_blocks) {
     return Status::InvalidArgument("a replay with tiers needs a pool capacity (capacity_blocks)");
   }
   tiers.capacity_blocks = *config.capacity_blocks;
   tiers.tokens_per_block = config.tokens_per_block;
   KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<TieredReplay> hooks, TieredReplay::Create(tiers));
+  RocksDbTier* disk = hooks->engine().disk();
+  if (signal_flush != nullptr && disk != nullptr) signal_flush->Register(disk);
   ReplayConfig c = config;
   c.tier_hooks = hooks.get();
   TieredReplayResult out;
-  KVMESH_ASSIGN_OR_RETURN(out.replay, ReplayTrace(trace, c));  // the manager is gone after this
-  out.tiers = hooks->Finish();
+  Result<ReplayResult> replay = ReplayTrace(trace, c);  // the manager is gone after this
+  if (replay.ok()) {
+    out.replay = std::move(*replay);
+    out.tiers = hooks->Finish();
+  }
+  if (signal_flush != nullptr && disk != nullptr) signal_flush->Unregister(disk);
+  if (!replay.ok()) return replay.status();
   return out;
 }
 
