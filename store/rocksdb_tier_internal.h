@@ -38,7 +38,7 @@ struct CapacityFractions {
   double write_limit, resume, target;
 };
 inline constexpr CapacityFractions kBlobFractions{0.9, 0.85, 0.8};
-inline constexpr CapacityFractions kSstFractions{0.8, 0.75, 0.65};
+inline constexpr CapacityFractions kSstFractions{0.7, 0.65, 0.55};
 inline const CapacityFractions& FractionsFor(const RocksDbTierOptions& o) {
   return o.enable_blob_files ? kBlobFractions : kSstFractions;
 }

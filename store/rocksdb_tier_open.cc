@@ -254,11 +254,13 @@ Status RocksDbTier::CheckExisting() {
   std::vector<std::string> names;
   rocksdb::Status s = rocksdb::DB::ListColumnFamilies(db_options, options_.path, &names);
   if (!s.ok()) {
-    if (IsDamage(s))
+    if (IsDamage(s)) {
       return Status::Corruption(StrCat("its MANIFEST cannot be read (", s.ToString(), ")"));
+    }
     return OpenError(options_.path, "reading", s);
   }
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
+  descriptors.reserve(names.size());
   for (const auto& n : names) descriptors.emplace_back(n, rocksdb::ColumnFamilyOptions());
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;

@@ -64,8 +64,8 @@ void SignalFlush::FlushAndExit(int signal) {
       const Status st = tier->Flush();
       const TierStats s = tier->stats();
       lines.push_back(st.ok() ? StrCat("flushed the disk tier ", tier->options().path, ": ",
-                                       s.durable_entries, " blocks durable (",
-                                       tier->durable_puts(), " puts)")
+                                       s.durable_entries, " blocks durable (", tier->durable_puts(),
+                                       " puts)")
                               : StrCat("the disk tier ", tier->options().path,
                                        " could not be flushed: ", st.ToString()));
     }

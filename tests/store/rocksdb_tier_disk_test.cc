@@ -224,7 +224,8 @@ TEST(RocksDbTierCapacity, FilesOnDiskStayWithinTheCapacity) {
     EXPECT_LE(max_on_disk, capacity) << "blobs " << blobs;
     EXPECT_FALSE(s.disabled);
     EXPECT_EQ(s.over_capacity, refused);
-    EXPECT_GE(s.used_bytes, capacity / (blobs ? 4 : 5))
+    // With the bundles in the SSTs the learned amplification (compactions' room) leaves less.
+    EXPECT_GE(s.used_bytes, capacity / (blobs ? 4 : 20))
         << "blobs " << blobs << ": the tier holds too little";
     int next = n;
     EXPECT_TRUE(WaitFor(
