@@ -99,11 +99,14 @@ bool ReadSome(int fd, int ms, std::string* pending, ChildOutput* out) {
   return true;
 }
 
-// Runs the writer from `first`; once it acknowledged `kill_after_acks` puts (or finished), kills
-// it after a further `kill_after_ms` (counting acknowledgements, not time, keeps the kills among
-// the puts on a loaded machine). A line cut by the kill (no newline) is not parsed.
+// Runs the writer from `first`; once it acknowledged `kill_after_acks` puts (or finished) — and,
+// with `after_promise` >= 0, once the promise then covered a put of this run and `after_promise`
+// more were acknowledged — kills it after a further `kill_after_ms` (counting acknowledgements,
+// not time, keeps the kills among the puts on a loaded machine; waiting for a promise keeps the
+// promised blocks inside the tier's capacity, so that their check bites). A line cut by the kill
+// (no newline) is not parsed.
 ChildOutput RunAndKill(const std::string& db, long first, long count, const CrashMode& mode,
-                       std::size_t kill_after_acks, int kill_after_ms) {
+                       std::size_t kill_after_acks, long after_promise, int kill_after_ms) {
   int fds[2];
   KVMESH_CHECK(pipe(fds) == 0);
   const std::string first_s = std::to_string(first), count_s = std::to_string(count);
@@ -125,6 +128,19 @@ ChildOutput RunAndKill(const std::string& db, long first, long count, const Cras
   while (open && out.acked.size() < kill_after_acks && !out.done &&
          std::chrono::steady_clock::now() < deadline) {
     open = ReadSome(fds[0], 5, &pending, &out);
+  }
+  if (after_promise >= 0) {
+    const auto promised = [&] {  // a put of this run is covered
+      return !out.acked.empty() && out.durable >= out.acked.front().second;
+    };
+    while (open && !promised() && !out.done && std::chrono::steady_clock::now() < deadline) {
+      open = ReadSome(fds[0], 5, &pending, &out);
+    }
+    const std::size_t target = out.acked.size() + static_cast<std::size_t>(after_promise);
+    while (open && out.acked.size() < target && !out.done &&
+           std::chrono::steady_clock::now() < deadline) {
+      open = ReadSome(fds[0], 5, &pending, &out);
+    }
   }
   const auto kill_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(kill_after_ms);
   while (open && std::chrono::steady_clock::now() < kill_at) {
@@ -156,7 +172,7 @@ struct Ledger {
 
 // Reopens the tier and checks every acknowledged block; then a new block round-trips.
 void CheckReopened(const std::string& db, const CrashMode& mode, Ledger& ledger,
-                   const std::string& what, long probe) {
+                   const std::string& what, long probe, std::size_t* promised_checked) {
   RocksDbTierOptions o = store_test::CrashTierOptions(db, mode);
   o.on_evict = [&](TierPoolId, const ContentId& id) { ledger.evicted.insert(id.ToHex()); };
   auto tier = RocksDbTier::Open(o);
@@ -190,6 +206,7 @@ void CheckReopened(const std::string& db, const CrashMode& mode, Ledger& ledger,
   ASSERT_TRUE((*tier)->Erase(kCrashPool, IdFor(probe)).ok()) << what;
   std::printf("%s reopened: %zu of %zu acknowledged blocks present, %zu promised and kept\n",
               what.c_str(), present, ledger.acked.size(), must);
+  if (promised_checked != nullptr) *promised_checked += must;
 }
 
 class RocksDbTierCrash : public ::testing::TestWithParam<std::string> {};
@@ -205,14 +222,18 @@ TEST_P(RocksDbTierCrash, SigkillKeepsWhatWasPromised) {
   const std::string db = dir.path() + "/db";
   Ledger ledger;
   long next = 0;
-  std::size_t evictions_at_kill = 0;
+  std::size_t evictions_at_kill = 0, promised_checked = 0;
   for (long cycle = 0; cycle < cycles; ++cycle) {
-    // The first cycle fills the tier past its capacity; from then on every put evicts.
+    // The first cycle fills the tier past its capacity; from then on every put evicts. Every
+    // other cycle is killed a little after the promise covered a put of its own. With a sync per
+    // put (walsync), fewer puts per cycle.
+    const std::size_t span = mode.wal_sync ? 300 : 1200;
     const auto kill_acks = static_cast<std::size_t>(
-        (cycle == 0 ? store_test::kCrashCapacityBlocks : 0) + 1 + rng() % 1200);
+        (cycle == 0 ? store_test::kCrashCapacityBlocks : 0) + 1 + rng() % span);
+    const long after_promise = cycle % 2 == 1 ? static_cast<long>(rng() % 300) : -1;
     const int kill_ms = static_cast<int>(rng() % 20);
     const long count = 2000;
-    const ChildOutput out = RunAndKill(db, next, count, mode, kill_acks, kill_ms);
+    const ChildOutput out = RunAndKill(db, next, count, mode, kill_acks, after_promise, kill_ms);
     ASSERT_TRUE(WIFSIGNALED(out.wait_status) ||
                 (WIFEXITED(out.wait_status) && WEXITSTATUS(out.wait_status) == 0))
         << "cycle " << cycle << ": the writer failed on its own (status " << out.wait_status << ")";
@@ -221,15 +242,18 @@ TEST_P(RocksDbTierCrash, SigkillKeepsWhatWasPromised) {
     for (const auto& hex : out.evicted) ledger.evicted.insert(hex);
     evictions_at_kill += out.evicted.empty() ? 0 : 1;
     std::printf(
-        "cycle %ld kill_after_acks %zu +%d ms: acked %zu durable %llu evicted %zu done %d\n", cycle,
-        kill_acks, kill_ms, out.acked.size(), static_cast<unsigned long long>(out.durable),
-        out.evicted.size(), out.done);
+        "cycle %ld kill_after_acks %zu (then %ld after a promise) +%d ms: acked %zu durable %llu "
+        "evicted %zu done %d\n",
+        cycle, kill_acks, after_promise, kill_ms, out.acked.size(),
+        static_cast<unsigned long long>(out.durable), out.evicted.size(), out.done);
     next += count;
-    CheckReopened(db, mode, ledger, "cycle " + std::to_string(cycle), 1'000'000'000 + cycle);
+    CheckReopened(db, mode, ledger, "cycle " + std::to_string(cycle), 1'000'000'000 + cycle,
+                  &promised_checked);
     if (HasFatalFailure()) return;
   }
   EXPECT_EQ(evictions_at_kill, static_cast<std::size_t>(cycles))
       << "some kills did not land among evictions";
+  EXPECT_GT(promised_checked, 0u) << "no promised block was ever checked";
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RocksDbTierCrash,
@@ -260,7 +284,8 @@ TEST_P(RocksDbTierPowerLoss, LosingUnsyncedBytesKeepsWhatWasPromised) {
     o.on_evict = [&](TierPoolId, const ContentId& id) { ledger.evicted.insert(id.ToHex()); };
     auto tier = RocksDbTier::Open(o);
     ASSERT_TRUE(tier.ok()) << tier.status();
-    const long count = 100 + static_cast<long>(rng() % 500);
+    const long count =
+        mode.wal_sync ? 50 + static_cast<long>(rng() % 150) : 100 + static_cast<long>(rng() % 500);
     for (long i = next; i < next + count; ++i) {
       pool.Fill(0, static_cast<std::uint64_t>(i));
       ASSERT_TRUE((*tier)->Put(kCrashPool, IdFor(i), pool.view(), 0, 35).ok());
@@ -283,7 +308,8 @@ TEST_P(RocksDbTierPowerLoss, LosingUnsyncedBytesKeepsWhatWasPromised) {
     dropped_files += fault.fs->DropUnsyncedData();
     SetLogLevel("info").IgnoreError();
     next += count;
-    CheckReopened(db, mode, ledger, "power loss " + std::to_string(cycle), 2'000'000'000 + cycle);
+    CheckReopened(db, mode, ledger, "power loss " + std::to_string(cycle), 2'000'000'000 + cycle,
+                  nullptr);
     if (HasFatalFailure()) return;
   }
   std::printf("power loss mode %s cycles %ld files cut or deleted %d\n", mode.name.c_str(), cycles,
