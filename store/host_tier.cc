@@ -1,6 +1,7 @@
 #include "store/host_tier.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 
@@ -15,6 +16,12 @@ constexpr std::int64_t kSlotAlignment = 64;
 constexpr std::int64_t kPartAlignment = 4096;
 
 constexpr std::int64_t RoundUp(std::int64_t x, std::int64_t a) { return (x + a - 1) / a * a; }
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::int64_t Nanos(SteadyClock::time_point a, SteadyClock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+}
 
 }  // namespace
 
@@ -278,15 +285,22 @@ Status HostTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& src
                      std::int64_t block, int priority) {
   KVMESH_ASSIGN_OR_RETURN(Shard * shard, FindShard(pool, priority));
   KVMESH_RETURN_IF_ERROR(shard->codec.CheckView(src, block));
+  const auto t0 = SteadyClock::now();
   KVMESH_ASSIGN_OR_RETURN(Reservation r, Reserve(*shard, id, priority));
   if (r.already_held) return Status::Ok();
-  Spill(*shard, r);
+  const auto t1 = SteadyClock::now();
+  Spill(*shard, r);  // the sink's time is the caller's (offload engine: spill staging)
+  const auto t2 = SteadyClock::now();
   const auto n = static_cast<std::size_t>(shard->codec.bundle_bytes());
   if (Status st = shard->codec.Encode(src, block, id, {SlotData(*shard, r.slot), n}); !st.ok()) {
     Abandon(*shard, r.slot);
     return st;
   }
+  const auto t3 = SteadyClock::now();
   Publish(*shard, r.slot);
+  counters_.index_ns.fetch_add(Nanos(t0, t1) + Nanos(t3, SteadyClock::now()),
+                               std::memory_order_relaxed);
+  counters_.encode_ns.fetch_add(Nanos(t2, t3), std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -304,8 +318,19 @@ Status HostTier::PutBundle(TierPoolId pool, const ContentId& id, std::span<const
 
 Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
                      std::int64_t block) {
+  return Read(pool, id, dst, block, /*one_pass=*/false);
+}
+
+Status HostTier::GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                               std::int64_t block) {
+  return Read(pool, id, dst, block, /*one_pass=*/true);
+}
+
+Status HostTier::Read(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                      std::int64_t block, bool one_pass) {
   KVMESH_ASSIGN_OR_RETURN(Shard * shard, FindShard(pool, kTierDefaultPriority));
   KVMESH_RETURN_IF_ERROR(shard->codec.CheckView(dst, block));
+  const auto t0 = SteadyClock::now();
   std::int32_t slot = -1;
   {
     MutexLock lock(&shard->mu);
@@ -320,8 +345,12 @@ Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst
     RemoveEvictable(*shard, slot);
   }
   // Pinned: the slot is neither evicted nor reused while it is verified and copied out.
+  const auto t1 = SteadyClock::now();
   const auto n = static_cast<std::size_t>(shard->codec.bundle_bytes());
-  Status st = shard->codec.Decode({SlotData(*shard, slot), n}, id, dst, block);
+  const std::span<const std::byte> bundle(SlotData(*shard, slot), n);
+  Status st = one_pass ? shard->codec.DecodeOnePass(bundle, id, dst, block)
+                       : shard->codec.Decode(bundle, id, dst, block);
+  const auto t2 = SteadyClock::now();
   bool erased_now = false;
   {
     MutexLock lock(&shard->mu);
@@ -339,6 +368,9 @@ Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst
     }
     if (s.spilling && s.pins == 0) shard->cv.notify_all();  // the spilling put waits for this
   }
+  counters_.index_ns.fetch_add(Nanos(t0, t1) + Nanos(t2, SteadyClock::now()),
+                               std::memory_order_relaxed);
+  counters_.decode_ns.fetch_add(Nanos(t1, t2), std::memory_order_relaxed);
   if (!st.ok()) {
     if (erased_now) {
       counters_.corrupt.fetch_add(1, std::memory_order_relaxed);

@@ -37,7 +37,9 @@
 // it from the index at once and frees the slot when its last user is done.
 //
 // Every get verifies the bundle (structure, fingerprint, content id, checksum) before writing the
-// destination; a slot that fails is erased, counted (corrupt) and reported as kCorruption.
+// destination — GetForRestore, into a restore's hidden destination, in the same pass as the copy
+// (the header and table first); a slot that fails is erased, counted (corrupt) and reported as
+// kCorruption. Stage times (stats().stages): index bookkeeping, encode, verify+copy.
 //
 // Thread safety: thread-safe. The eviction sink is called from the thread of the Put or PutBundle
 // that evicts, with no tier lock held; it may call into other tiers, but not back into this one for
@@ -95,6 +97,8 @@ class HostTier final : public BlockTier {
                    int priority) override;
   Status Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
              std::int64_t block) override;
+  Status GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                       std::int64_t block) override;
   bool Contains(TierPoolId pool, const ContentId& id) override;
   Status Erase(TierPoolId pool, const ContentId& id) override;
   TierStats stats() const override;
@@ -152,6 +156,9 @@ class HostTier final : public BlockTier {
 
   HostTier(HostTierOptions options, HostMemory memory);
   Result<Shard*> FindShard(TierPoolId pool, int priority) const;
+  // Get (verify, then copy) or GetForRestore (one pass).
+  Status Read(TierPoolId pool, const ContentId& id, const KvPoolView& dst, std::int64_t block,
+              bool one_pass);
   std::byte* SlotData(const Shard& shard, std::int32_t slot) const {
     return shard.base + static_cast<std::int64_t>(slot) * shard.slot_bytes;
   }

@@ -18,6 +18,10 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
+std::int64_t NanosSince(SteadyClock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start).count();
+}
+
 std::int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
       .count();
@@ -184,7 +188,10 @@ Status RocksDbTier::Commit(const PoolFamilies& p, const ContentId& id, int prior
   const auto meta = rocksdb_tier::EncodeMeta(r.seq, priority);
   batch.Put(p.meta, key_slice, rocksdb::Slice(meta.data(), meta.size())).PermitUncheckedError();
   const rocksdb::WriteOptions wo = WriteOptionsFor(options_);
+  const auto tw = SteadyClock::now();
   const rocksdb::Status s = db_->Write(wo, &batch);
+  const auto ti = SteadyClock::now();
+  counters_.write_ns.fetch_add(NanosSince(tw), std::memory_order_relaxed);
 
   bool erased_meanwhile = false;
   {
@@ -216,6 +223,7 @@ Status RocksDbTier::Commit(const PoolFamilies& p, const ContentId& id, int prior
       }
     }
   }
+  counters_.index_ns.fetch_add(NanosSince(ti), std::memory_order_relaxed);
   if (!s.ok()) return Disable("put", s);
   counters_.puts.fetch_add(1, std::memory_order_relaxed);
   counters_.put_bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -239,11 +247,16 @@ Status RocksDbTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& 
                         std::int64_t block, int priority) {
   KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, priority));
   KVMESH_RETURN_IF_ERROR(p->codec.CheckView(src, block));
+  const auto t0 = SteadyClock::now();
   KVMESH_ASSIGN_OR_RETURN(Reservation r, Reserve(*p, id, priority));
+  counters_.index_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
   if (r.already_held) return Status::Ok();
   // The bundle goes to RocksDB as pieces that point into the pool block: no intermediate copy.
+  const auto t1 = SteadyClock::now();
   BundlePieces pieces;
-  if (Status st = p->codec.EncodePieces(src, block, id, &pieces); !st.ok()) {
+  const Status encoded = p->codec.EncodePieces(src, block, id, &pieces);
+  counters_.encode_ns.fetch_add(NanosSince(t1), std::memory_order_relaxed);
+  if (Status st = encoded; !st.ok()) {
     MutexLock lock(&mu_);
     writing_bytes_ -= p->codec.bundle_bytes();
     auto it = index_.find(Key{pool, id});
@@ -256,8 +269,14 @@ Status RocksDbTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& 
 Status RocksDbTier::PutBundle(TierPoolId pool, const ContentId& id,
                               std::span<const std::byte> bundle, int priority) {
   KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, priority));
-  KVMESH_RETURN_IF_ERROR(p->codec.Verify(bundle, id));
-  KVMESH_ASSIGN_OR_RETURN(Reservation r, Reserve(*p, id, priority));
+  const auto t0 = SteadyClock::now();
+  const Status verified = p->codec.Verify(bundle, id);
+  counters_.encode_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
+  KVMESH_RETURN_IF_ERROR(verified);
+  const auto t1 = SteadyClock::now();
+  Result<Reservation> reserved = Reserve(*p, id, priority);
+  counters_.index_ns.fetch_add(NanosSince(t1), std::memory_order_relaxed);
+  KVMESH_ASSIGN_OR_RETURN(Reservation r, std::move(reserved));
   if (r.already_held) return Status::Ok();
   const std::span<const std::byte> one[1] = {bundle};
   return Commit(*p, id, priority, r, one);
@@ -284,34 +303,42 @@ Status RocksDbTier::DropCorrupt(const PoolFamilies& p, const ContentId& id,
       StrCat("rocksdb tier pool ", p.config.id.value, " block ", id.ToHex(), ": ", why));
 }
 
-Status RocksDbTier::ReadBlock(const PoolFamilies& p, const ContentId& id,
-                              const std::function<Status(std::span<const std::byte>)>& use) {
-  const Key key{p.config.id, id};
-  std::uint64_t generation = 0;
-  {
-    MutexLock lock(&mu_);
-    if (disabled()) {
-      return Status::IoError(
-          StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
-    }
-    auto it = index_.find(key);
-    if (it == index_.end() || it->second.state != EntryState::kReady) {
-      counters_.misses.fetch_add(1, std::memory_order_relaxed);
-      return Status::NotFound(
-          StrCat("rocksdb tier pool ", key.pool.value, ": no block ", id.ToHex()));
-    }
-    Entry& e = it->second;
-    generation = e.generation;
-    order_.erase({e.priority, e.seq, key.pool, key.id});
-    e.seq = next_seq_++;
-    order_.insert({e.priority, e.seq, key.pool, key.id});
-    dirty_.insert(key);
+Result<std::uint64_t> RocksDbTier::TouchForRead(const Key& key) {
+  MutexLock lock(&mu_);
+  if (disabled()) {
+    return Status::IoError(
+        StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
   }
+  auto it = index_.find(key);
+  if (it == index_.end() || it->second.state != EntryState::kReady) {
+    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    return Status::NotFound(
+        StrCat("rocksdb tier pool ", key.pool.value, ": no block ", key.id.ToHex()));
+  }
+  Entry& e = it->second;
+  order_.erase({e.priority, e.seq, key.pool, key.id});
+  e.seq = next_seq_++;
+  order_.insert({e.priority, e.seq, key.pool, key.id});
+  dirty_.insert(key);
+  return e.generation;
+}
+
+rocksdb::ReadOptions RocksDbTier::ReadOptionsNow() const {
   rocksdb::ReadOptions ro;
-  ro.verify_checksums = true;
-  ro.fill_cache = options_.fill_cache;
-  rocksdb::PinnableSlice value;
-  const rocksdb::Status s = db_->Get(ro, p.data, KeySlice(id), &value);
+  ro.verify_checksums = verify_block_checksums_.load(std::memory_order_relaxed);
+  ro.fill_cache = fill_cache_.load(std::memory_order_relaxed);
+  return ro;
+}
+
+void RocksDbTier::SetReadOptions(bool verify_block_checksums, bool fill_cache) {
+  verify_block_checksums_.store(verify_block_checksums, std::memory_order_relaxed);
+  fill_cache_.store(fill_cache, std::memory_order_relaxed);
+}
+
+Status RocksDbTier::FinishRead(const PoolFamilies& p, const ContentId& id, std::uint64_t generation,
+                               const rocksdb::Status& s, const rocksdb::PinnableSlice& value,
+                               const std::function<Status(std::span<const std::byte>)>& use) {
+  const Key key{p.config.id, id};
   if (s.IsNotFound()) {  // evicted or erased meanwhile, or its meta record outlived it
     MutexLock lock(&mu_);
     auto it = index_.find(key);
@@ -324,13 +351,27 @@ Status RocksDbTier::ReadBlock(const PoolFamilies& p, const ContentId& id,
   if (!s.ok()) return Disable("get", s);
   const std::span<const std::byte> bundle(reinterpret_cast<const std::byte*>(value.data()),
                                           value.size());
-  if (Status st = use(bundle); !st.ok()) {
-    return st.IsCorruption() ? DropCorrupt(p, id, generation, st.message()) : st;
-  }
+  const auto t0 = SteadyClock::now();
+  const Status st = use(bundle);
+  counters_.decode_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
+  if (!st.ok()) return st.IsCorruption() ? DropCorrupt(p, id, generation, st.message()) : st;
   counters_.hits.fetch_add(1, std::memory_order_relaxed);
   counters_.hit_bytes.fetch_add(static_cast<std::int64_t>(bundle.size()),
                                 std::memory_order_relaxed);
   return Status::Ok();
+}
+
+Status RocksDbTier::ReadBlock(const PoolFamilies& p, const ContentId& id,
+                              const std::function<Status(std::span<const std::byte>)>& use) {
+  const auto t0 = SteadyClock::now();
+  Result<std::uint64_t> generation = TouchForRead(Key{p.config.id, id});
+  counters_.index_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
+  if (!generation.ok()) return generation.status();
+  const auto t1 = SteadyClock::now();
+  rocksdb::PinnableSlice value;  // pins RocksDB's buffer (block cache or read buffer): no copy
+  const rocksdb::Status s = db_->Get(ReadOptionsNow(), p.data, KeySlice(id), &value);
+  counters_.read_ns.fetch_add(NanosSince(t1), std::memory_order_relaxed);
+  return FinishRead(p, id, *generation, s, value, use);
 }
 
 Status RocksDbTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
@@ -340,6 +381,63 @@ Status RocksDbTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& 
   return ReadBlock(*p, id, [&](std::span<const std::byte> bundle) {
     return p->codec.Decode(bundle, id, dst, block);
   });
+}
+
+Status RocksDbTier::GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                                  std::int64_t block) {
+  KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, kTierDefaultPriority));
+  KVMESH_RETURN_IF_ERROR(p->codec.CheckView(dst, block));
+  return ReadBlock(*p, id, [&](std::span<const std::byte> bundle) {
+    return p->codec.DecodeOnePass(bundle, id, dst, block);
+  });
+}
+
+void RocksDbTier::GetManyForRestore(TierPoolId pool, std::span<const ContentId> ids,
+                                    const KvPoolView& dst, std::span<const std::int64_t> blocks,
+                                    std::span<Status> out) {
+  KVMESH_CHECK(ids.size() == blocks.size() && ids.size() == out.size())
+      << ids.size() << " ids, " << blocks.size() << " blocks, " << out.size() << " statuses";
+  Result<PoolFamilies*> found = FindPool(pool, kTierDefaultPriority);
+  if (!found.ok()) {
+    for (Status& st : out) st = found.status();
+    return;
+  }
+  const PoolFamilies& p = **found;
+  // The index half of every read first (one lock each), then one MultiGet of those held.
+  std::vector<std::size_t> which;
+  std::vector<std::uint64_t> generations;
+  std::vector<rocksdb::Slice> keys;
+  which.reserve(ids.size());
+  generations.reserve(ids.size());
+  keys.reserve(ids.size());
+  const auto t0 = SteadyClock::now();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    out[i] = p.codec.CheckView(dst, blocks[i]);
+    if (!out[i].ok()) continue;
+    Result<std::uint64_t> g = TouchForRead(Key{pool, ids[i]});
+    if (!g.ok()) {
+      out[i] = g.status();
+      continue;
+    }
+    which.push_back(i);
+    generations.push_back(*g);
+    keys.push_back(KeySlice(ids[i]));
+  }
+  counters_.index_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
+  if (which.empty()) return;
+  const auto t1 = SteadyClock::now();
+  std::vector<rocksdb::PinnableSlice> values(which.size());
+  std::vector<rocksdb::Status> statuses(which.size());
+  db_->MultiGet(ReadOptionsNow(), p.data, which.size(), keys.data(), values.data(),
+                statuses.data());
+  counters_.read_ns.fetch_add(NanosSince(t1), std::memory_order_relaxed);
+  for (std::size_t j = 0; j < which.size(); ++j) {
+    const std::size_t i = which[j];
+    out[i] = FinishRead(p, ids[i], generations[j], statuses[j], values[j],
+                        [&](std::span<const std::byte> bundle) {
+                          return p.codec.DecodeOnePass(bundle, ids[i], dst, blocks[i]);
+                        });
+  }
 }
 
 Result<std::string> RocksDbTier::GetBundle(TierPoolId pool, const ContentId& id) {

@@ -84,6 +84,8 @@
 namespace rocksdb {
 class ColumnFamilyHandle;
 class DB;
+class PinnableSlice;
+struct ReadOptions;
 struct DBOptions;
 class Env;
 class SstFileManager;
@@ -143,6 +145,8 @@ struct RocksDbTierOptions {
   int max_write_buffer_number = 2;             // >= 2
   std::int64_t block_cache_bytes = 8ll << 20;  // 0: no block cache
   bool fill_cache = true;                      // reads insert into the block cache
+  // RocksDB's own block checksums on reads (the bundle's checksum verifies every value anyway).
+  bool verify_block_checksums = true;
   int max_background_jobs = 2;
 
   rocksdb::Env* env = nullptr;  // null: rocksdb::Env::Default(); tests inject faults here
@@ -174,12 +178,24 @@ class RocksDbTier final : public BlockTier {
                    int priority) override;
   Status Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
              std::int64_t block) override;
+  Status GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                       std::int64_t block) override;
   bool Contains(TierPoolId pool, const ContentId& id) override;
   Status Erase(TierPoolId pool, const ContentId& id) override;
   TierStats stats() const override;
 
   // The verified bundle of a block (e.g. to move it into the host tier). Errors as Get.
   Result<std::string> GetBundle(TierPoolId pool, const ContentId& id);
+
+  // GetForRestore of several blocks of one pool in one RocksDB MultiGet (a restore's consecutive
+  // blocks): out[i] is what GetForRestore(pool, ids[i], dst, blocks[i]) would have returned.
+  // REQUIRES: ids, blocks and out of one size; as GetForRestore for every destination.
+  void GetManyForRestore(TierPoolId pool, std::span<const ContentId> ids, const KvPoolView& dst,
+                         std::span<const std::int64_t> blocks, std::span<Status> out);
+
+  // The ReadOptions of later reads: RocksDB's block checksums, block cache fill (benchmarks
+  // measure each choice; the defaults are the options').
+  void SetReadOptions(bool verify_block_checksums, bool fill_cache);
 
   // Writes pending last-use sequences and flushes every memtable (atomically); every put
   // acknowledged before the call is durable when it returns OK. kIoError (and the tier
@@ -262,11 +278,21 @@ class RocksDbTier final : public BlockTier {
   // Writes the reserved put (value given as pieces) and publishes it.
   Status Commit(const PoolFamilies& p, const ContentId& id, int priority, const Reservation& r,
                 std::span<const std::span<const std::byte>> value) KVMESH_EXCLUDES(mu_);
-  // Reads a block and hands it to `use`, which verifies it (BundleCodec::Decode or Verify); a
-  // kCorruption from `use` drops the entry.
+  // Reads a block and hands it to `use`, which verifies it (BundleCodec::Decode, DecodeOnePass or
+  // Verify) — straight from RocksDB's pinned buffer, no staging copy; a kCorruption from `use`
+  // drops the entry.
   Status ReadBlock(const PoolFamilies& p, const ContentId& id,
                    const std::function<Status(std::span<const std::byte>)>& use)
       KVMESH_EXCLUDES(mu_);
+  // The index half of a read: the entry's generation, and its recency updated; or the miss.
+  Result<std::uint64_t> TouchForRead(const Key& key) KVMESH_EXCLUDES(mu_);
+  // The outcome of RocksDB's read of an entry: a miss (erased from the index), a corrupt entry
+  // (dropped), an I/O error (disables), or OK (`use` run on the value, which decides).
+  Status FinishRead(const PoolFamilies& p, const ContentId& id, std::uint64_t generation,
+                    const rocksdb::Status& s, const rocksdb::PinnableSlice& value,
+                    const std::function<Status(std::span<const std::byte>)>& use)
+      KVMESH_EXCLUDES(mu_);
+  [[nodiscard]] rocksdb::ReadOptions ReadOptionsNow() const;
   // Deletes a corrupt entry (index and RocksDB) and returns the kCorruption to report.
   Status DropCorrupt(const PoolFamilies& p, const ContentId& id, std::uint64_t generation,
                      const std::string& why) KVMESH_EXCLUDES(mu_);
@@ -305,6 +331,8 @@ class RocksDbTier final : public BlockTier {
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // every open family, destroyed at close
   std::atomic<bool> disabled_{false};
+  std::atomic<bool> verify_block_checksums_{true};
+  std::atomic<bool> fill_cache_{true};
   std::atomic<std::uint64_t> acked_{0};
   std::atomic<std::uint64_t> durable_{0};
   std::atomic<std::int64_t> budget_bytes_{0};            // logical budget eviction keeps within

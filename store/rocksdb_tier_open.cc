@@ -130,7 +130,10 @@ std::string RocksDbTier::MetaColumnFamilyName(TierPoolId pool, const GeometryFin
   return DataColumnFamilyName(pool, fp) + ".meta";
 }
 
-RocksDbTier::RocksDbTier(RocksDbTierOptions options) : options_(std::move(options)) {}
+RocksDbTier::RocksDbTier(RocksDbTierOptions options)
+    : options_(std::move(options)),
+      verify_block_checksums_(options_.verify_block_checksums),
+      fill_cache_(options_.fill_cache) {}
 
 std::int64_t RocksDbTier::EffectiveWriteBuffer() const {
   if (options_.capacity_bytes < rocksdb_tier::kMinOnDiskCapacity) {

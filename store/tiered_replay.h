@@ -72,6 +72,12 @@ struct TieredReplayStats {
   std::int64_t recomputed_blocks = 0;  // missed blocks written fresh
   std::int64_t verified_blocks = 0;    // restored blocks checked against their content id
   std::int64_t mismatched_blocks = 0;  // of those, with wrong bytes (must be 0)
+  // Where OnPoolMiss's time went (seconds): looking the blocks up in the tiers, restoring them,
+  // checking them against their content ids, writing the missed ones ("recomputing").
+  double lookup_s = 0;
+  double onboard_s = 0;
+  double check_s = 0;
+  double recompute_s = 0;
   OffloadStats offload;
 };
 

@@ -228,6 +228,81 @@ TEST(RocksDbTier, CorruptValuesAreDeletedCountedAndNeverServed) {
   }
 }
 
+// The offset of the last payload byte of a bundle (the end of its last component, from the table).
+std::size_t LastPayloadByte(const std::string& bundle) {
+  const auto field = [&](std::size_t off) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, bundle.data() + off, sizeof(v));
+    return v;
+  };
+  const auto present = static_cast<std::uint8_t>(bundle[54]);
+  std::uint64_t end = 0;
+  for (int i = 0; i < present; ++i) {
+    const std::size_t e = 64 + 40 * static_cast<std::size_t>(i);
+    end = std::max(end, field(e + 24) + field(e + 32));
+  }
+  return static_cast<std::size_t>(end - 1);
+}
+
+TEST(RocksDbTier, RestoreReadsVerifyInOnePassAndBatched) {
+  TempDir dir;
+  const std::string path = dir.path() + "/db";
+  const Shape s = store_test::TierShapes()[3];
+  const KvPoolLayout layout = LayoutOf(s.geometry);
+  const auto o = OptionsFor(path, {s});
+  TestPool src(layout, 8, s.pool_scale), dst(layout, 8, s.pool_scale);
+  for (int i = 0; i < 8; ++i) src.Fill(i, 60 + i);
+  {
+    auto tier = OpenTier(o);
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(tier->Put(kPool, IdFor(i), src.view(), i, 35).ok());
+    ASSERT_TRUE(tier->Erase(kPool, IdFor(6)).ok());
+  }
+  const std::string data_cf =
+      RocksDbTier::DataColumnFamilyName(kPool, FingerprintOf(layout, s.pool_scale));
+  {
+    RawDb raw(path);
+    for (int i : {1, 7}) {  // a flipped byte in the last chunk of the bundle
+      std::string v = raw.Get(data_cf, IdFor(i));
+      v[LastPayloadByte(v)] ^= 0x01;
+      raw.Put(data_cf, IdFor(i), v);
+    }
+    std::string v3 = raw.Get(data_cf, IdFor(3));
+    v3[20] ^= 0x01;  // the header: found before any byte is copied
+    raw.Put(data_cf, IdFor(3), v3);
+    std::string v5 = raw.Get(data_cf, IdFor(5));
+    raw.Put(data_cf, IdFor(5), v5.substr(0, v5.size() - 1));  // one byte short
+  }
+  auto tier = OpenTier(o);
+  EXPECT_TRUE(tier->GetForRestore(kPool, IdFor(1), dst.view(), 1).IsCorruption());
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(1)));
+  for (int i = 0; i < 8; ++i) dst.FillByte(i, 0xA5);
+  const auto untouched = dst.Snapshot(3);
+  std::vector<ContentId> ids;
+  std::vector<std::int64_t> blocks;
+  for (int i = 0; i < 8; ++i) {
+    ids.push_back(IdFor(i));
+    blocks.push_back(i);
+  }
+  std::vector<Status> out(8, Status::Ok());
+  tier->GetManyForRestore(kPool, ids, dst.view(), blocks, out);
+  const StatusCode want[] = {
+      StatusCode::kOk, StatusCode::kNotFound,   StatusCode::kOk,       StatusCode::kCorruption,
+      StatusCode::kOk, StatusCode::kCorruption, StatusCode::kNotFound, StatusCode::kCorruption};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(out[i].code(), want[i]) << i << ": " << out[i];
+    if (want[i] == StatusCode::kOk) {
+      EXPECT_EQ(dst.Snapshot(i), src.Expected(60 + i)) << i;
+    }
+  }
+  EXPECT_EQ(dst.Snapshot(3), untouched) << "written from a bundle with a bad header";
+  for (int i : {1, 3, 5, 7}) EXPECT_FALSE(tier->Contains(kPool, IdFor(i))) << i;
+  const TierStats st = tier->stats();
+  EXPECT_EQ(st.corrupt, 4);
+  EXPECT_EQ(st.hits, 3);
+  EXPECT_EQ(st.entries, 3);
+  EXPECT_FALSE(st.disabled);
+}
+
 TEST(RocksDbTier, ReadErrorDisablesTheTier) {
   TempDir dir;
   store_test::FaultInjectionEnv fault;
