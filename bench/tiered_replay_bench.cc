@@ -8,14 +8,17 @@
 //   tiered_replay_bench [TRACE.jsonl]      (default: $KVMESH_MOONCAKE_TRACE or the build's path)
 //   environment: KVMESH_BENCH_LIMIT=N replays the first N requests only; TMPDIR for RocksDB.
 //
-// Prints the three hit rates, hits per tier, bytes moved and copy rates, wall time, requests/s,
-// and:
+// Prints the three hit rates with the blocks and bytes restored per second beside them, hits per
+// tier, bytes moved and copy rates, wall time, requests/s, where the replay's time goes (the
+// tier hooks' stages: looking blocks up in the tiers, restoring them, checking them, recomputing
+// the missed ones, the offload decisions under the manager's lock; the rest is the block
+// manager's own work, which the pool-only replay does too), and:
 //   RATIO tiered_replay_hit_rate_vs_unlimited <with tiers / unlimited> unlimited goal>=0.95
 //     (goal: with a disk tier larger than the trace's distinct blocks, the tiers should recover
 //     nearly every hit an unlimited pool gets; what is lost is blocks in flight and tail blocks
 //     below the offload priority)
+//   RATIO tiered_replay_requests_per_s_vs_pool_only <with tiers / pool alone> pool_only goal>=0.6
 //   INFO  pool_only_hit_rate_vs_unlimited <pool alone / unlimited> unlimited  (information)
-//   INFO  tiered_replay_requests_per_s_vs_pool_only <with tiers / pool alone> pool_only
 //   INFO  tiered_onboard_host_vs_memcpy <host onboard bytes/s / memcpy of 4 KiB blocks> memcpy
 #include <sys/statvfs.h>
 
@@ -85,6 +88,10 @@ bool Report(const ReplayResult& alone, const TieredReplayResult& tiered, double 
               t.hit_rate_with_tiers(), static_cast<long long>(t.reused_blocks),
               static_cast<long long>(t.restored_blocks), tiered_wall,
               static_cast<double>(t.requests) / tiered_wall);
+  std::printf("%-34s %9s restored %.0f blocks/s, %.1f MB/s (host %lld, disk %lld blocks)\n", "", "",
+              static_cast<double>(t.restored_blocks) / tiered_wall,
+              static_cast<double>(t.restored_blocks * s.block_bytes) / tiered_wall / 1e6,
+              static_cast<long long>(s.host_hit_blocks), static_cast<long long>(s.disk_hit_blocks));
   std::printf("%-34s %9.4f %10lld %10s %9.2f %12.0f\n", "unlimited pool", unlimited.hit_rate(),
               static_cast<long long>(unlimited.reused_blocks), "-", unlimited.wall_s,
               unlimited.requests_per_s());
@@ -117,6 +124,21 @@ bool Report(const ReplayResult& alone, const TieredReplayResult& tiered, double 
               static_cast<long long>(s.offload.host.evictions),
               static_cast<long long>(s.offload.disk.entries),
               static_cast<double>(s.offload.disk.used_bytes) / (1 << 20));
+  const double hooks_s =
+      s.lookup_s + s.onboard_s + s.check_s + s.recompute_s + s.offload.listener_s;
+  std::printf(
+      "time with tiers %.2f s: tier lookups %.2f s, restores %.2f s (host %.2f, disk %.2f of "
+      "copies), checks %.2f s, recomputing %.2f s, offload decisions %.2f s (under the manager's "
+      "lock); the rest, %.2f s, the block manager and replay (the pool alone took %.2f s)\n",
+      tiered_wall, s.lookup_s, s.onboard_s, s.offload.onboard_host.copy_s,
+      s.offload.onboard_disk.copy_s, s.check_s, s.recompute_s, s.offload.listener_s,
+      tiered_wall - hooks_s, alone.wall_s);
+  std::printf(
+      "  copy workers: offload %.2f s, spill %.2f s (RocksDB writes); disk tier stages: "
+      "index %.2f s, rocksdb %.2f s, verify+copy %.2f s, encode %.2f s\n",
+      s.offload.offload.copy_s, s.offload.spill.copy_s, s.offload.disk.stages.index_s,
+      s.offload.disk.stages.read_s + s.offload.disk.stages.write_s, s.offload.disk.stages.decode_s,
+      s.offload.disk.stages.encode_s);
   const double memcpy_rate = MemcpyBytesPerSecond();
   std::printf("memcpy of 4 KiB blocks: %.2f GB/s\n\n", memcpy_rate / 1e9);
 
@@ -125,7 +147,7 @@ bool Report(const ReplayResult& alone, const TieredReplayResult& tiered, double 
               unl > 0 ? t.hit_rate_with_tiers() / unl : 0.0);
   std::printf("INFO pool_only_hit_rate_vs_unlimited %.3f unlimited\n",
               unl > 0 ? alone.hit_rate() / unl : 0.0);
-  std::printf("INFO tiered_replay_requests_per_s_vs_pool_only %.3f pool_only\n",
+  std::printf("RATIO tiered_replay_requests_per_s_vs_pool_only %.3f pool_only goal>=0.6\n",
               alone.requests_per_s() > 0
                   ? static_cast<double>(t.requests) / tiered_wall / alone.requests_per_s()
                   : 0.0);

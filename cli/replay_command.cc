@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -174,7 +175,17 @@ Result<ReplayRun> RunOnce(std::span<const TraceRequest> trace, ReplayConfig conf
   ReplayRun run;
   run.capacity = capacity;
   if (tiers) {
-    Result<TieredReplayResult> result = ReplayTraceWithTiers(trace, config, *tiers);
+    // SIGTERM and SIGINT flush the RocksDB tier, then end kvctl (docs/kvctl.md).
+    KVMESH_ASSIGN_OR_RETURN(
+        const std::unique_ptr<SignalFlush> flush,
+        SignalFlush::Start([](std::string_view sig, const std::vector<std::string>& lines) {
+          for (const auto& l : lines) {
+            std::fprintf(stderr, "kvctl: %.*s: %s\n", static_cast<int>(sig.size()), sig.data(),
+                         l.c_str());
+          }
+          std::fprintf(stderr, "kvctl: %.*s: exiting\n", static_cast<int>(sig.size()), sig.data());
+        }));
+    Result<TieredReplayResult> result = ReplayTraceWithTiers(trace, config, *tiers, flush.get());
     bar.Finish();
     if (!result.ok()) return result.status();
     run.result = std::move(result->replay);

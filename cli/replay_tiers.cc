@@ -40,7 +40,13 @@ void AddReplayTierFlags(CLI::App* sub, ReplayTierFlags* f) {
   sub->add_option("--disk-tier-blocks", f->disk_blocks,
                   "RocksDB tier behind the host tier, in blocks (e.g. 586000)");
   sub->add_option("--disk-path", f->disk_path,
-                  "Directory of the RocksDB tier (kept; default: a temporary directory, removed)");
+                  "Directory of the RocksDB tier (kept; default: a temporary directory, removed)")
+      ->check([](const std::string& path) {
+        return path.empty() ? std::string(
+                                  "--disk-path is empty: give a folder, or leave the flag "
+                                  "out for a temporary one")
+                            : std::string();
+      });
   sub->add_flag("--keep-disk", f->keep_disk, "Keep the temporary RocksDB directory");
   sub->add_option("--tier-block-bytes", f->block_bytes,
                   "Bytes of one block in the pool and the tiers (default 4KiB: 1 layer, K and V, "
@@ -106,6 +112,44 @@ Result<std::optional<TieredReplayOptions>> ResolveReplayTiers(const ReplayTierFl
   return std::optional<TieredReplayOptions>(o);
 }
 
+namespace {
+
+// Puts into the RocksDB tier that failed: spills from the host tier, or offloads without one.
+std::int64_t FailedDiskPuts(const OffloadStats& s) {
+  return s.spill_failed + (s.has_host ? 0 : s.offload_failed);
+}
+
+// The disk tier's state: what it holds durably, its size on disk, whether it is disabled and
+// why, failed puts, damage found at open.
+void PrintDiskText(const OffloadStats& s, std::ostream& out) {
+  const TierStats& d = s.disk;
+  out << "disk        " << d.durable_entries << " blocks durable";
+  if (d.entries > d.durable_entries)
+    out << " (" << d.entries - d.durable_entries << " more not yet flushed)";
+  out << ", " << FormatBytes(d.disk_bytes) << " on disk of " << FormatBytes(d.capacity_bytes)
+      << "; " << FailedDiskPuts(s) << " puts failed";
+  if (d.over_capacity > 0) out << " (" << d.over_capacity << " at capacity)";
+  out << "\n";
+  if (d.disabled) out << "            DISABLED after: " << d.disabled_reason << "\n";
+  if (!d.damage.empty()) out << "            damaged at open: " << d.damage << "\n";
+}
+
+Json DiskJson(const OffloadStats& s) {
+  const TierStats& d = s.disk;
+  return Json{{"disabled", d.disabled},
+              {"error", d.disabled ? Json(d.disabled_reason) : Json(nullptr)},
+              {"failed_puts", FailedDiskPuts(s)},
+              {"over_capacity", d.over_capacity},
+              {"durable_entries", d.durable_entries},
+              {"unflushed_entries", d.entries - d.durable_entries},
+              {"bytes_on_disk", d.disk_bytes},
+              {"capacity_bytes", d.capacity_bytes},
+              {"flushes", d.flushes},
+              {"damage", d.damage.empty() ? Json(nullptr) : Json(d.damage)}};
+}
+
+}  // namespace
+
 void PrintReplayTiersText(const ReplayResult& r, const TieredReplayStats& t, std::ostream& out) {
   const OffloadStats& s = t.offload;
   const KvPoolGeometry& g = t.geometry;
@@ -123,11 +167,14 @@ void PrintReplayTiersText(const ReplayResult& r, const TieredReplayStats& t, std
   out << "offload     " << Traffic(s.offload) << "\n";
   out << "            skipped: " << s.skipped_clean << " clean (in a tier already), "
       << s.skipped_priority << " below priority; " << s.offload_failed << " failed\n";
-  if (s.has_disk) out << "spill       " << Traffic(s.spill) << "\n";
+  if (s.has_disk) {
+    out << "spill       " << Traffic(s.spill) << "; " << s.spill_failed << " failed\n";
+  }
   out << "onboard     host " << Traffic(s.onboard_host) << "\n";
   if (s.has_disk) out << "            disk " << Traffic(s.onboard_disk) << "\n";
   out << "checked     " << t.verified_blocks << " restored blocks, " << t.mismatched_blocks
       << " mismatched, " << s.onboard_corrupt << " corrupt reads\n";
+  if (s.has_disk) PrintDiskText(s, out);
 }
 
 Json ReplayTiersJson(const ReplayResult& r, const TieredReplayStats& t) {
@@ -162,7 +209,8 @@ Json ReplayTiersJson(const ReplayResult& r, const TieredReplayStats& t) {
   j["verified_blocks"] = t.verified_blocks;
   j["mismatched_blocks"] = t.mismatched_blocks;
   j["host_entries"] = s.host.entries;
-  j["disk_entries"] = s.disk.entries;
+  j["disk_entries"] = s.disk.durable_entries;  // what a crash keeps (the disk object has more)
+  j["disk"] = s.has_disk ? DiskJson(s) : Json(nullptr);
   return j;
 }
 

@@ -73,6 +73,27 @@ void BlockCache::ReclaimMovedOut() {
   moved_scratch_.clear();
 }
 
+bool BlockCache::MakeAllocatable(std::span<const std::int64_t> need) {
+  ReclaimMovedOut();
+  for (int p = 0; p < num_pools(); ++p) {
+    PoolState& s = pools_[p];
+    if (unlimited(p)) continue;
+    while (free_blocks(p) < need[p]) {
+      const bool can_evict = is_window(p) ? s.policy->size() > 0 : tree_policy_->size() > 0;
+      if (!can_evict || (s.num_moving_out > 0 && s.num_moving_out >= max_moving_out_)) {
+        if (s.num_moving_out > 0) return false;  // the rest comes from moves completing
+        break;                                   // nothing to wait for either: Allocate reports it
+      }
+      if (is_window(p)) {
+        EvictWindowVictim(p);
+      } else {
+        EvictTreeVictim();
+      }
+    }
+  }
+  return true;
+}
+
 BlockId BlockCache::Allocate(int p) {
   PoolState& s = pools_[p];
   std::optional<BlockId> b = s.allocator.Allocate();
@@ -93,7 +114,9 @@ BlockId BlockCache::Allocate(int p) {
     }
     KVMESH_CHECK(s.num_moving_out > 0 && moves_ != nullptr)
         << "pool " << p << " has nothing to evict";
-    moves_->AwaitCompletion();  // with the manager's lock held: see "Moving out" in the header
+    // Last resort, with the manager's lock held: callers make room first (MakeAllocatable).
+    ++s.counters.allocation_waits;
+    moves_->AwaitCompletion();
   }
   if (b->value >= static_cast<std::int64_t>(s.slots.size())) {
     s.slots.resize(std::max<std::size_t>(b->value + 1, s.slots.size() * 2));
@@ -221,11 +244,15 @@ void BlockCache::DropBlock(NodeRef n, int p, EvictionReason reason) {
                                node.content_id, tree_.parent_content_id(n),
                                node.priority,   tree_.tokens_per_block(),
                                reason};
-    if (reason == EvictionReason::kEvicted && moves_ != nullptr) {
-      MoveOutTicket ticket = moves_->Issue(PoolId{p}, b);
+    if (moves_ != nullptr) {
+      const MoveOutKind kind =
+          reason == EvictionReason::kEvicted ? MoveOutKind::kEviction : MoveOutKind::kClaim;
+      MoveOutTicket ticket = moves_->Issue(PoolId{p}, b, kind);
       listener_->OnEvictDeferrable(evicted, ticket);
-      deferred = !ticket.valid();  // taken (or completed already: reclaimed later)
-      if (!deferred) moves_->Withdraw(ticket);
+      const bool taken = !ticket.valid();  // taken (or completed already: reclaimed later)
+      if (!taken) moves_->Withdraw(ticket);
+      deferred = taken && reason == EvictionReason::kEvicted;
+      if (taken && reason == EvictionReason::kClaimed) pending_claims_.push_back({PoolId{p}, b});
     } else {
       listener_->OnEvict(evicted);
     }

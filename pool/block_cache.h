@@ -20,11 +20,17 @@
 // the victim's MoveOutTicket to copy its bytes asynchronously. The block left the tree (its
 // content id can no longer be matched or pinned) but keeps its bytes until the ticket completes.
 // Available(p) counts moving-out blocks (they will be free), so an admission planned against
-// Available() always completes: Allocate, finding no free block, first takes completed moves back
-// (ReclaimMovedOut), then evicts further victims while fewer than max_moving_out blocks of the
-// pool are moving out (it prefers other victims), then waits for a move to complete
-// (MoveOutQueue::AwaitCompletion, with the manager's lock held: completions never need that lock,
-// so the wait lasts one copy). Listeners that never take tickets see no change.
+// Available() always completes. Before allocating, the manager calls MakeAllocatable(need): it
+// takes completed moves back (ReclaimMovedOut), then evicts further victims while fewer than
+// max_moving_out blocks of the pool are moving out (it prefers other victims); when that is not
+// enough it returns false, and the manager drops its lock, waits for a move to complete
+// (MoveOutQueue::AwaitCompletion) and tries again — nobody waits for a copy under the manager's
+// lock. Allocate itself keeps a last-resort wait (counted: allocation_waits; none is expected).
+// Listeners that never take tickets see no change.
+//
+// Claims: a claimed leaf's listener call gets a kClaim ticket (OnEvictDeferrable); when the
+// listener takes it, the block is recorded in pending_claims() and the manager hands it to the
+// claiming sequence only after the ticket completed (waiting without its lock).
 //
 // Pools: a full-attention pool (window 0) needs a block for every block of a reused prefix; a
 // sliding-window pool only for the blocks inside the window at the end of the reused prefix.
@@ -78,6 +84,7 @@ struct CachePoolCounters {
   std::uint64_t claimed_blocks = 0;
   std::uint64_t moved_out_blocks = 0;  // evictions deferred by a ticket (also in evicted_blocks)
   std::uint64_t restored_blocks = 0;   // blocks stored by BlockManager::PublishRestore
+  std::uint64_t allocation_waits = 0;  // Allocate waited for a move with the lock held
   std::array<std::int64_t, kMaxPriority + 1> cached_by_priority{};
 };
 
@@ -121,6 +128,12 @@ class BlockCache {
   [[nodiscard]] std::int64_t moving_out_blocks(int p) const { return pools_[p].num_moving_out; }
   // Frees the blocks whose moves completed. Cheap when none did.
   void ReclaimMovedOut();
+  // Evicts (see "Moving out" above) until need[p] Allocate(p) calls in a row find a free block,
+  // for every pool; false when that needs a move out to complete first. Blocks the caller is
+  // about to reuse must be pinned. REQUIRES: need.size() == num_pools(), need[p] <= Available(p).
+  [[nodiscard]] bool MakeAllocatable(std::span<const std::int64_t> need);
+  // Claimed blocks whose listener took the claim's ticket (the caller awaits them), cleared.
+  std::vector<MovedOutBlock> TakePendingClaims() { return std::exchange(pending_claims_, {}); }
   [[nodiscard]] const CachePoolCounters& counters(int p) const { return pools_[p].counters; }
   void CountRestored(int p) { ++pools_[p].counters.restored_blocks; }
 
@@ -216,6 +229,7 @@ class BlockCache {
   MoveOutQueue* moves_ = nullptr;
   std::int64_t max_moving_out_ = 0;
   std::vector<MovedOutBlock> moved_scratch_;
+  std::vector<MovedOutBlock> pending_claims_;
   std::vector<KvEvent> pending_events_;
 };
 

@@ -266,6 +266,36 @@ void BlockManager::CommitAdmission(Sequence* seq, const Match& m, Admission* a) 
   }
 }
 
+bool BlockManager::MakeRoom(const Match& m, const Admission& a) {
+  std::vector<std::int64_t> need(num_pools(), 0);
+  bool short_of_free = false;
+  for (int p = 0; p < num_pools(); ++p) {
+    if (cache_.unlimited(p)) continue;
+    need[p] = a.num_positions - a.first_new;
+    short_of_free = short_of_free || cache_.free_blocks(p) < need[p];
+  }
+  if (!short_of_free) return true;
+  // What this admission reuses (and the partial block it claims or copies) is pinned while room
+  // is made, so that eviction cannot take it.
+  const PrefixTree& tree = cache_.tree();
+  std::vector<std::pair<int, BlockId>> pinned;
+  for (std::size_t j = 0; j < m.path.size(); ++j) {
+    for (int p = 0; p < num_pools(); ++p) {
+      if (static_cast<std::int64_t>(j) < m.window_first[p]) continue;
+      pinned.emplace_back(p, tree.block(m.path[j], p));
+    }
+  }
+  if (m.partial != kNoNode) {
+    for (int p = 0; p < num_pools(); ++p) {
+      if (tree.block(m.partial, p).valid()) pinned.emplace_back(p, tree.block(m.partial, p));
+    }
+  }
+  for (const auto& [p, b] : pinned) cache_.Pin(p, b);
+  const bool ok = cache_.MakeAllocatable(need);
+  for (const auto& [p, b] : pinned) cache_.Unpin(p, b);
+  return ok;
+}
+
 void BlockManager::ApplyReuseRetention(const Sequence& seq, const Match& m) {
   if (seq.retention.empty()) return;
   const std::int64_t t = tokens_per_block();
@@ -289,7 +319,11 @@ Result<AddSequenceResult> BlockManager::AddSequence(RequestId request,
   AddSequenceResult result;
   PinnedBlocks copy_pins;  // released (after the copy) outside the lock
   std::vector<BlockCopyPair> copies;
-  {
+  std::vector<MovedOutBlock> claims;  // claimed blocks whose copy out the caller awaits
+  // Until the admission fits without waiting: a wait for a move out happens without the lock,
+  // and then everything is planned again (the tree may have changed meanwhile).
+  for (bool wait = false;; wait = true) {
+    if (wait) moves_.AwaitCompletion();
     MutexLock lock(&mu_);
     if (sequences_.contains(request)) {
       return Status::InvalidArgument(StrCat("request ", request.value, " is already running"));
@@ -304,6 +338,11 @@ Result<AddSequenceResult> BlockManager::AddSequence(RequestId request,
       cache_.tree().ReleaseRoot(root);
       ++counters_.admissions_failed;
       return s;
+    }
+    if (!MakeRoom(m, a)) {
+      cache_.tree().ReleaseRoot(root);
+      FlushEvents();
+      continue;
     }
     auto seq = std::make_unique<Sequence>();
     seq->id = request;
@@ -349,8 +388,12 @@ Result<AddSequenceResult> BlockManager::AddSequence(RequestId request,
       copy_pins = PinnedBlocks(this, std::move(refs));
     }
     sequences_.emplace(request, std::move(seq));
+    claims = cache_.TakePendingClaims();
     FlushEvents();
+    break;
   }
+  // A claimed block is the sequence's once its listener copied it out (without the lock).
+  for (const MovedOutBlock& c : claims) moves_.AwaitClaim(c.pool, c.block);
   if (!copies.empty()) {
     // Outside the lock: the source (cached) and destination (this sequence's) are pinned.
     Status copy_status;

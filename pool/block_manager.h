@@ -60,10 +60,14 @@
 //      before when they are not used)
 //   Deferred eviction: an EvictionListener may take a victim's MoveOutTicket (eviction_listener.h,
 //     pool/move_out.h) and copy the block asynchronously; the block is "moving out" — out of the
-//     tree, not allocatable — until the ticket completes. An allocation that finds no free block
-//     evicts other victims while fewer than config.max_moving_out_blocks blocks of the pool are
-//     moving out, then waits (holding the lock; a completion never needs it) for one to complete.
-//     Available capacity counts moving-out blocks, so admissions do not fail because of them.
+//     tree, not allocatable — until the ticket completes. An admission (or append, or restore)
+//     that finds too few free blocks evicts other victims while fewer than
+//     config.max_moving_out_blocks blocks of the pool are moving out; when that is not enough it
+//     releases the lock, waits for a move to complete and plans again — nobody waits for a copy
+//     while holding the lock. Available capacity counts moving-out blocks, so admissions do not
+//     fail because of them. A claimed block (copy-free partial reuse) whose listener takes its
+//     ticket goes to its sequence once the copy out completed: AddSequence waits for it after
+//     releasing the lock.
 //   Restore: PlanRestore / ReserveRestore / PublishRestore (block_restore.h) put blocks copied from
 //     a tier into the pool, hidden until published; AddSequence then reuses them like any cached
 //     block (reused_tokens counts them).
@@ -339,13 +343,26 @@ class BlockManager final : private BlockPinOwner {
   Status PlanAdmission(const Match& m, std::int64_t num_positions, Admission* a) const
       KVMESH_REQUIRES(mu_);
   void CommitAdmission(Sequence* seq, const Match& m, Admission* a) KVMESH_REQUIRES(mu_);
+  // Makes the admission's fresh blocks allocatable without waiting; false when a move out must
+  // complete first (the caller waits without the lock and plans again).
+  bool MakeRoom(const Match& m, const Admission& a) KVMESH_REQUIRES(mu_);
   void ApplyReuseRetention(const Sequence& seq, const Match& m) KVMESH_REQUIRES(mu_);
   void ReleaseOutOfWindow(Sequence* seq, bool stored_only, AppendResult* out) KVMESH_REQUIRES(mu_);
+  // AppendTokens once `add` blocks per pool are allocatable.
+  AppendResult AppendLocked(Sequence* seq, std::span<const Token> tokens, std::int64_t add,
+                            std::int64_t new_len) KVMESH_REQUIRES(mu_);
   std::int64_t NowNs() const { return clock_->Now().time_since_epoch().count(); }
   void FlushEvents() KVMESH_REQUIRES(mu_);
   // Applies retention expiries that are due (before any eviction decision or observation).
   void ExpireRetention() const KVMESH_REQUIRES(mu_);
   Status ExhaustedError(int pool, std::int64_t need, std::int64_t unavailable) const
+      KVMESH_REQUIRES(mu_);
+  // block_manager_restore.cc: ReserveRestore under the lock; null when a move out must complete
+  // first (nothing is left reserved).
+  Result<std::unique_ptr<RestoreReservation::State>> ReserveLocked(std::span<const Token> prompt,
+                                                                   const SequenceOptions& options,
+                                                                   const RestorePlan& plan,
+                                                                   std::int64_t count)
       KVMESH_REQUIRES(mu_);
   // block_manager_restore.cc: frees reserved blocks [from, count) and the parent's pins and root.
   void ReleaseRestore(RestoreReservation::State& st, std::int64_t from) KVMESH_REQUIRES(mu_);

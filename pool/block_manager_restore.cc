@@ -133,10 +133,25 @@ Result<RestoreReservation> BlockManager::ReserveRestore(std::span<const Token> p
     return Status::InvalidArgument(
         StrCat("restore count ", count, " is outside 0..", plan.num_candidates()));
   }
+  // A wait for a move out happens without the lock; then everything is looked at again.
+  for (bool wait = false;; wait = true) {
+    if (wait) moves_.AwaitCompletion();
+    MutexLock lock(&mu_);
+    Result<std::unique_ptr<RestoreReservation::State>> st =
+        ReserveLocked(prompt, options, plan, count);
+    if (!st.ok()) return st.status();
+    if (*st == nullptr) continue;  // must wait for a move out
+    return RestoreReservation(this, std::move(*st));
+  }
+}
+
+Result<std::unique_ptr<RestoreReservation::State>> BlockManager::ReserveLocked(
+    std::span<const Token> prompt, const SequenceOptions& options, const RestorePlan& plan,
+    std::int64_t count) {
+  const std::int64_t t = tokens_per_block();
   auto st = std::make_unique<RestoreReservation::State>();
   st->first_block = plan.pool_blocks;
   st->num_pools = num_pools();
-  MutexLock lock(&mu_);
   ExpireRetention();
   PrefixTree& tree = cache_.tree();
   st->root = tree.AcquireRoot(options.domain);
@@ -165,6 +180,15 @@ Result<RestoreReservation> BlockManager::ReserveRestore(std::span<const Token> p
   }
   std::int64_t k = count;
   for (int p = 0; p < num_pools(); ++p) k = std::min(k, cache_.Available(p));
+  std::vector<std::int64_t> need(num_pools(), 0);
+  for (int p = 0; p < num_pools(); ++p) need[p] = cache_.unlimited(p) ? 0 : k;
+  if (k > 0 && !cache_.MakeAllocatable(need)) {  // undo, wait without the lock, try again
+    for (const PinnedBlockRef& r : st->parent_pins) cache_.Unpin(r.pool.value, r.block);
+    external_pins_ -= static_cast<std::int64_t>(st->parent_pins.size());
+    tree.ReleaseRoot(st->root);
+    FlushEvents();
+    return std::unique_ptr<RestoreReservation::State>();
+  }
   st->count = k;
   st->blocks.reserve(static_cast<std::size_t>(k * num_pools()));
   for (std::int64_t i = 0; i < k; ++i) {
@@ -181,7 +205,7 @@ Result<RestoreReservation> BlockManager::ReserveRestore(std::span<const Token> p
     st->ids.push_back(plan.content_ids[first + i]);
   }
   FlushEvents();
-  return RestoreReservation(this, std::move(st));
+  return st;
 }
 
 void BlockManager::ReleaseRestore(RestoreReservation::State& st, std::int64_t from) {

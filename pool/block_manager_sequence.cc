@@ -37,18 +37,33 @@ void BlockManager::ReleaseOutOfWindow(Sequence* seq, bool stored_only, AppendRes
 
 Result<AppendResult> BlockManager::AppendTokens(RequestId request, std::span<const Token> tokens) {
   if (tokens.empty()) return Status::InvalidArgument("tokens is empty");
-  MutexLock lock(&mu_);
-  auto it = sequences_.find(request);
-  if (it == sequences_.end()) return UnknownRequest(request);
-  Sequence* seq = it->second.get();
-  ExpireRetention();
-  const std::int64_t t = tokens_per_block();
-  const std::int64_t new_len = static_cast<std::int64_t>(seq->tokens.size() + tokens.size());
-  const std::int64_t have = static_cast<std::int64_t>(seq->tables[0].size());
-  const std::int64_t add = std::max<std::int64_t>(0, (new_len + t - 1) / t - have);
-  for (int p = 0; p < num_pools(); ++p) {
-    if (add > cache_.Available(p)) return ExhaustedError(p, add, 0);
+  // A wait for a move out happens without the lock; then everything is looked at again.
+  for (bool wait = false;; wait = true) {
+    if (wait) moves_.AwaitCompletion();
+    MutexLock lock(&mu_);
+    auto it = sequences_.find(request);
+    if (it == sequences_.end()) return UnknownRequest(request);
+    Sequence* seq = it->second.get();
+    ExpireRetention();
+    const std::int64_t t = tokens_per_block();
+    const std::int64_t new_len = static_cast<std::int64_t>(seq->tokens.size() + tokens.size());
+    const std::int64_t have = static_cast<std::int64_t>(seq->tables[0].size());
+    const std::int64_t add = std::max<std::int64_t>(0, (new_len + t - 1) / t - have);
+    std::vector<std::int64_t> need(num_pools(), 0);
+    for (int p = 0; p < num_pools(); ++p) {
+      if (add > cache_.Available(p)) return ExhaustedError(p, add, 0);
+      if (!cache_.unlimited(p)) need[p] = add;
+    }
+    if (add > 0 && !cache_.MakeAllocatable(need)) {
+      FlushEvents();
+      continue;
+    }
+    return AppendLocked(seq, tokens, add, new_len);
   }
+}
+
+AppendResult BlockManager::AppendLocked(Sequence* seq, std::span<const Token> tokens,
+                                        std::int64_t add, std::int64_t new_len) {
   AppendResult out;
   out.new_blocks.resize(num_pools());
   out.released_positions.resize(num_pools());
@@ -267,6 +282,7 @@ BlockManagerStats BlockManager::GetStats() const {
     ps.claimed_blocks = cc.claimed_blocks;
     ps.moved_out_blocks = cc.moved_out_blocks;
     ps.restored_blocks = cc.restored_blocks;
+    ps.allocation_waits = cc.allocation_waits;
     ps.cached_by_priority = cc.cached_by_priority;
     ps.input_blocks = pool_counters_[p].input_blocks;
     ps.reused_blocks = pool_counters_[p].reused_blocks;

@@ -16,6 +16,8 @@
 //                   not cached, not private)
 //   moved_out       cumulative evictions that were deferred (also counted in evicted)
 //   restored        cumulative blocks stored by PublishRestore (copied in from a tier)
+//   allocation_waits  times an allocation waited for a move out with the manager's lock held
+//                   (a last resort; the manager makes room and waits without its lock: 0)
 //
 // Thread safety: a value.
 #pragma once
@@ -66,6 +68,7 @@ struct PoolStats {
   std::int64_t moving_out_blocks = 0;
   std::uint64_t moved_out_blocks = 0;
   std::uint64_t restored_blocks = 0;
+  std::uint64_t allocation_waits = 0;
   std::array<std::int64_t, kMaxPriority + 1> cached_by_priority{};
 
   [[nodiscard]] double hit_rate() const {

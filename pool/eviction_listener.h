@@ -20,8 +20,9 @@
 // (`auto mine = std::move(ticket);`) may read the block's bytes after returning, from any thread,
 // until it completes the ticket: the block stays "moving out" (block_cache.h: in no tree, not on
 // the free list, not allocatable) and the manager prefers other victims, or waits, when it needs
-// a block meanwhile. Claimed blocks (kClaimed) go to their sequence at once: they get OnEvict and
-// must be copied, if at all, during the call.
+// a block meanwhile. Claimed blocks (kClaimed) get OnEvictDeferrable too: a listener that takes
+// that ticket may read the block until it completes it, and the claiming sequence gets the block
+// only then (AddSequence waits for it without the manager's lock, pool/move_out.h).
 //
 // Thread safety: called from whichever thread runs the manager call; never concurrently with
 // itself (the mutex serialises calls).

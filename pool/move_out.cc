@@ -7,7 +7,7 @@ namespace kvmesh {
 void MoveOutTicket::Complete() {
   if (queue_ == nullptr) return;
   MoveOutQueue* q = std::exchange(queue_, nullptr);
-  q->Complete(pool_, block_);
+  q->Complete(pool_, block_, kind_);
 }
 
 MoveOutQueue::~MoveOutQueue() {
@@ -15,10 +15,10 @@ MoveOutQueue::~MoveOutQueue() {
   KVMESH_CHECK(outstanding_ == 0) << outstanding_ << " move-out tickets outstanding";
 }
 
-MoveOutTicket MoveOutQueue::Issue(PoolId pool, BlockId block) {
+MoveOutTicket MoveOutQueue::Issue(PoolId pool, BlockId block, MoveOutKind kind) {
   MutexLock lock(&mu_);
   ++outstanding_;
-  return MoveOutTicket(this, pool, block);
+  return MoveOutTicket(this, pool, block, kind);
 }
 
 void MoveOutQueue::Withdraw(MoveOutTicket& ticket) {
@@ -29,12 +29,30 @@ void MoveOutQueue::Withdraw(MoveOutTicket& ticket) {
   if (outstanding_ == 0) cv_.notify_all();
 }
 
-void MoveOutQueue::Complete(PoolId pool, BlockId block) {
+void MoveOutQueue::Complete(PoolId pool, BlockId block, MoveOutKind kind) {
   MutexLock lock(&mu_);
-  completed_.push_back({pool, block});
+  if (kind == MoveOutKind::kClaim) {
+    claims_done_.push_back({pool, block});
+  } else {
+    completed_.push_back({pool, block});
+  }
   --outstanding_;
   pending_.store(static_cast<std::int64_t>(completed_.size()), std::memory_order_release);
   cv_.notify_all();
+}
+
+void MoveOutQueue::AwaitClaim(PoolId pool, BlockId block) {
+  MutexLock lock(&mu_);
+  const auto done = [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
+    for (std::size_t i = 0; i < claims_done_.size(); ++i) {
+      if (claims_done_[i].pool == pool && claims_done_[i].block == block) {
+        claims_done_.erase(claims_done_.begin() + static_cast<std::ptrdiff_t>(i));
+        return true;
+      }
+    }
+    return false;
+  };
+  AwaitCondition(cv_, mu_, done);
 }
 
 void MoveOutQueue::TakeCompleted(std::vector<MovedOutBlock>* out) {

@@ -16,6 +16,11 @@
 // could deadlock). A ticket must be completed in bounded time; the block manager's destructor waits
 // for every outstanding ticket.
 //
+// Claims (kClaim tickets): a cached leaf claimed by a sequence for copy-free partial reuse goes to
+// that sequence, not to the free list. A listener that takes a claim's ticket may read the block
+// until it completes the ticket; the manager hands the block to its sequence only then, waiting
+// without its lock (AwaitClaim). A completed claim is not reclaimed as free.
+//
 // Thread safety: MoveOutQueue is thread-safe. A MoveOutTicket is a move-only handle, externally
 // synchronised; distinct tickets may complete concurrently from distinct threads.
 #pragma once
@@ -33,6 +38,11 @@ namespace kvmesh {
 
 class MoveOutQueue;
 
+enum class MoveOutKind : std::uint8_t {
+  kEviction = 0,  // the block is freed once the ticket completes
+  kClaim = 1,     // the block goes to the claiming sequence once the ticket completes
+};
+
 // A block whose move out completed.
 struct MovedOutBlock {
   PoolId pool;
@@ -43,13 +53,17 @@ class MoveOutTicket {
  public:
   MoveOutTicket() = default;
   MoveOutTicket(MoveOutTicket&& other) noexcept
-      : queue_(std::exchange(other.queue_, nullptr)), pool_(other.pool_), block_(other.block_) {}
+      : queue_(std::exchange(other.queue_, nullptr)),
+        pool_(other.pool_),
+        block_(other.block_),
+        kind_(other.kind_) {}
   MoveOutTicket& operator=(MoveOutTicket&& other) noexcept {
     if (this != &other) {
       Complete();
       queue_ = std::exchange(other.queue_, nullptr);
       pool_ = other.pool_;
       block_ = other.block_;
+      kind_ = other.kind_;
     }
     return *this;
   }
@@ -61,18 +75,20 @@ class MoveOutTicket {
   [[nodiscard]] bool valid() const { return queue_ != nullptr; }
   [[nodiscard]] PoolId pool() const { return pool_; }
   [[nodiscard]] BlockId block() const { return block_; }
+  [[nodiscard]] MoveOutKind kind() const { return kind_; }
 
   // Ends the move: the block may be reused from now on. No-op on an invalid ticket.
   void Complete();
 
  private:
   friend class MoveOutQueue;
-  MoveOutTicket(MoveOutQueue* queue, PoolId pool, BlockId block)
-      : queue_(queue), pool_(pool), block_(block) {}
+  MoveOutTicket(MoveOutQueue* queue, PoolId pool, BlockId block, MoveOutKind kind)
+      : queue_(queue), pool_(pool), block_(block), kind_(kind) {}
 
   MoveOutQueue* queue_ = nullptr;
   PoolId pool_;
   BlockId block_;
+  MoveOutKind kind_ = MoveOutKind::kEviction;
 };
 
 class MoveOutQueue {
@@ -84,7 +100,8 @@ class MoveOutQueue {
   ~MoveOutQueue();
 
   // A ticket for the block; counts as outstanding until completed or withdrawn.
-  MoveOutTicket Issue(PoolId pool, BlockId block) KVMESH_EXCLUDES(mu_);
+  MoveOutTicket Issue(PoolId pool, BlockId block, MoveOutKind kind = MoveOutKind::kEviction)
+      KVMESH_EXCLUDES(mu_);
   // Takes back a ticket that was not taken (the listener left it): no completion is queued.
   // REQUIRES: ticket.valid().
   void Withdraw(MoveOutTicket& ticket) KVMESH_EXCLUDES(mu_);
@@ -98,16 +115,19 @@ class MoveOutQueue {
   void AwaitCompletion() KVMESH_EXCLUDES(mu_);
   // Blocks until no ticket is outstanding.
   void AwaitAllCompleted() KVMESH_EXCLUDES(mu_);
+  // Blocks until the (taken) claim ticket of the block completed; forgets the completion.
+  void AwaitClaim(PoolId pool, BlockId block) KVMESH_EXCLUDES(mu_);
   // Tickets issued and neither completed nor withdrawn.
   [[nodiscard]] std::int64_t outstanding() const KVMESH_EXCLUDES(mu_);
 
  private:
   friend class MoveOutTicket;
-  void Complete(PoolId pool, BlockId block) KVMESH_EXCLUDES(mu_);
+  void Complete(PoolId pool, BlockId block, MoveOutKind kind) KVMESH_EXCLUDES(mu_);
 
   mutable Mutex mu_;
   std::condition_variable cv_;
   std::vector<MovedOutBlock> completed_ KVMESH_GUARDED_BY(mu_);
+  std::vector<MovedOutBlock> claims_done_ KVMESH_GUARDED_BY(mu_);
   std::int64_t outstanding_ KVMESH_GUARDED_BY(mu_) = 0;
   std::atomic<std::int64_t> pending_{0};  // completed_.size(), readable without the lock
 };

@@ -22,10 +22,15 @@
 // block written under another global scale or order is not interchangeable.
 //
 // BundleCodec is built once per pool (layout + pool scale) and then encodes and decodes blocks of
-// that pool. Decoding verifies everything before writing a byte of the destination: a bundle that
+// that pool. Decode verifies everything before writing a byte of the destination: a bundle that
 // is truncated, too long, has a wrong length or shape field, another fingerprint, another pool
 // scale, another content id or a bad checksum gives kCorruption (the message names the first
-// failed check), and the destination block is untouched. Decoding never reads outside the given
+// failed check), and the destination block is untouched. DecodeOnePass, for a destination nobody
+// can read before the caller publishes it (a restore's hidden, reserved block), checks the header
+// and component table first, then copies the payload while checksumming it (each chunk hashed,
+// then copied from the cache with streaming stores: memory sees one read and one write per byte)
+// and decides at the end: on kCorruption the destination holds unspecified bytes and must not be
+// published. Encode likewise reads each source byte once. Decoding never reads outside the given
 // span: every offset used comes from the codec, and the size must match exactly.
 //
 // Thread safety: a BundleCodec is immutable after Create; all methods are const and may be called
@@ -119,6 +124,15 @@ class BundleCodec {
   // REQUIRES: no one reads or writes the destination block during the call.
   Status Decode(std::span<const std::byte> bundle, const ContentId& id, const KvPoolView& dst,
                 std::int64_t block) const;
+
+  // Decode in one pass over the bundle: the header and component table are checked before any
+  // byte is copied; the payload is copied while it is checksummed; the checksum decides at the
+  // end. kCorruption: the destination block holds unspecified bytes (some of the payload) — the
+  // caller must not publish it. kInvalidArgument as Decode (nothing written).
+  // REQUIRES: nobody reads the destination block before the call returned OK and the caller
+  // published it (a restore destination: hidden and reserved); nobody writes it during the call.
+  Status DecodeOnePass(std::span<const std::byte> bundle, const ContentId& id,
+                       const KvPoolView& dst, std::int64_t block) const;
 
  private:
   BundleCodec() = default;

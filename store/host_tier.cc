@@ -1,6 +1,7 @@
 #include "store/host_tier.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <set>
 
@@ -15,6 +16,12 @@ constexpr std::int64_t kSlotAlignment = 64;
 constexpr std::int64_t kPartAlignment = 4096;
 
 constexpr std::int64_t RoundUp(std::int64_t x, std::int64_t a) { return (x + a - 1) / a * a; }
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::int64_t Nanos(SteadyClock::time_point a, SteadyClock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+}
 
 }  // namespace
 
@@ -139,7 +146,14 @@ void HostTier::FreeSlot(Shard& shard, std::int32_t slot) {
 
 void HostTier::EraseSlot(Shard& shard, std::int32_t slot) {
   Slot& s = shard.slots[slot];
-  KVMESH_CHECK(!s.erase_pending);
+  KVMESH_CHECK(!s.erase_pending && !s.victim_erased);
+  if (s.spilling) {  // the put that chose it as victim gives the slot away when the sink returns
+    shard.index.erase(s.id);
+    counters_.entries.fetch_sub(1, std::memory_order_relaxed);
+    counters_.used_bytes.fetch_sub(shard.codec.bundle_bytes(), std::memory_order_relaxed);
+    s.victim_erased = true;
+    return;
+  }
   shard.index.erase(s.id);
   if (s.state == SlotState::kReady) {
     counters_.entries.fetch_sub(1, std::memory_order_relaxed);
@@ -155,16 +169,20 @@ void HostTier::EraseSlot(Shard& shard, std::int32_t slot) {
 
 Result<HostTier::Reservation> HostTier::Reserve(Shard& shard, const ContentId& id, int priority) {
   Reservation r;
+  r.id = id;
+  r.priority = priority;
   MutexLock lock(&shard.mu);
-  if (auto it = shard.index.find(id); it != shard.index.end()) {
-    Slot& s = shard.slots[it->second];
-    if (s.state == SlotState::kReady && shard.policy->Contains(it->second)) {
-      RemoveEvictable(shard, it->second);
-      shard.policy->OnAcquire(it->second);
-      s.priority = priority;
-      MakeEvictable(shard, it->second);  // most recently used
-    } else if (s.state == SlotState::kReady) {
-      s.priority = priority;  // pinned by a reader: back into the lists at its new priority
+  if (auto it = shard.index.find(id); it != shard.index.end() || shard.incoming.contains(id)) {
+    if (it != shard.index.end()) {
+      Slot& s = shard.slots[it->second];
+      if (s.state == SlotState::kReady && shard.policy->Contains(it->second)) {
+        RemoveEvictable(shard, it->second);
+        shard.policy->OnAcquire(it->second);
+        s.priority = priority;
+        MakeEvictable(shard, it->second);  // most recently used
+      } else if (s.state == SlotState::kReady) {
+        s.priority = priority;  // pinned by a reader: back into the lists at its new priority
+      }
     }
     counters_.put_present.fetch_add(1, std::memory_order_relaxed);
     r.already_held = true;
@@ -173,50 +191,74 @@ Result<HostTier::Reservation> HostTier::Reserve(Shard& shard, const ContentId& i
   if (!shard.free_slots.empty()) {
     r.slot = shard.free_slots.back();
     shard.free_slots.pop_back();
-  } else {
-    if (const std::optional<EvictionEntry> v = shard.policy->Victim()) {
-      r.slot = static_cast<std::int32_t>(*v);
-    }
-    if (r.slot < 0) {
-      return Status::ResourceExhausted(StrCat("host tier pool ", shard.config.id.value, ": all ",
-                                              shard.num_slots, " slots are being written or read"));
-    }
-    Slot& v = shard.slots[r.slot];
-    RemoveEvictable(shard, r.slot);
-    shard.policy->OnRetire(static_cast<EvictionEntry>(r.slot));
-    shard.index.erase(v.id);
-    r.has_victim = true;
-    r.victim = EvictedBundle{
-        shard.config.id,
-        v.id,
-        v.priority,
-        {SlotData(shard, r.slot), static_cast<std::size_t>(shard.codec.bundle_bytes())}};
-    counters_.evictions.fetch_add(1, std::memory_order_relaxed);
-    counters_.eviction_bytes.fetch_add(shard.codec.bundle_bytes(), std::memory_order_relaxed);
-    counters_.entries.fetch_sub(1, std::memory_order_relaxed);
-    counters_.used_bytes.fetch_sub(shard.codec.bundle_bytes(), std::memory_order_relaxed);
+    Slot& s = shard.slots[r.slot];
+    s.state = SlotState::kWriting;
+    s.id = id;
+    s.priority = priority;
+    s.pins = 0;
+    s.erase_pending = false;
+    shard.index[id] = r.slot;
+    shard.policy->OnAdmit(static_cast<EvictionEntry>(r.slot), ContentIdHash{}(id), /*depth=*/0);
+    return r;
   }
-  Slot& s = shard.slots[r.slot];
-  s.state = SlotState::kWriting;
-  s.id = id;
-  s.priority = priority;
-  s.pins = 0;
-  s.erase_pending = false;
-  shard.index[id] = r.slot;
-  shard.policy->OnAdmit(static_cast<EvictionEntry>(r.slot), ContentIdHash{}(id), /*depth=*/0);
+  if (const std::optional<EvictionEntry> victim = shard.policy->Victim()) {
+    r.slot = static_cast<std::int32_t>(*victim);
+  }
+  if (r.slot < 0) {
+    return Status::ResourceExhausted(StrCat("host tier pool ", shard.config.id.value, ": all ",
+                                            shard.num_slots, " slots are being written or read"));
+  }
+  // The victim stays in the index, readable, while the sink takes it (Spill).
+  Slot& v = shard.slots[r.slot];
+  RemoveEvictable(shard, r.slot);
+  shard.policy->OnRetire(static_cast<EvictionEntry>(r.slot));  // its block is leaving
+  v.spilling = true;
+  r.has_victim = true;
+  r.victim = EvictedBundle{
+      shard.config.id,
+      v.id,
+      v.priority,
+      {SlotData(shard, r.slot), static_cast<std::size_t>(shard.codec.bundle_bytes())}};
+  shard.incoming[id] = false;
+  counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+  counters_.eviction_bytes.fetch_add(shard.codec.bundle_bytes(), std::memory_order_relaxed);
   return r;
 }
 
-void HostTier::Spill(Shard& /*shard*/, const Reservation& r) {
-  if (!r.has_victim || !options_.on_evict) return;
-  const Status st = options_.on_evict(r.victim);
-  if (st.ok()) {
-    counters_.spills.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    counters_.spill_failures.fetch_add(1, std::memory_order_relaxed);
-    KVMESH_LOG_DEBUG("host tier spill failed pool {} id {} error {}", r.victim.pool.value,
-                     r.victim.id.ToHex(), st.ToString());
+void HostTier::Spill(Shard& shard, Reservation& r) {
+  if (!r.has_victim) return;
+  if (options_.on_evict) {
+    const Status st = options_.on_evict(r.victim);
+    if (st.ok()) {
+      counters_.spills.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      counters_.spill_failures.fetch_add(1, std::memory_order_relaxed);
+      KVMESH_LOG_DEBUG("host tier spill failed pool {} id {} error {}", r.victim.pool.value,
+                       r.victim.id.ToHex(), st.ToString());
+    }
   }
+  MutexLock lock(&shard.mu);
+  Slot& s = shard.slots[r.slot];
+  // Readers that pinned the victim while it spilled finish their copy first.
+  AwaitCondition(shard.cv, shard.mu,
+                 [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return s.pins == 0; });
+  if (!s.victim_erased) {
+    shard.index.erase(s.id);
+    counters_.entries.fetch_sub(1, std::memory_order_relaxed);
+    counters_.used_bytes.fetch_sub(shard.codec.bundle_bytes(), std::memory_order_relaxed);
+  }
+  auto in = shard.incoming.find(r.id);
+  const bool erased = in->second;
+  shard.incoming.erase(in);
+  s.spilling = false;
+  s.victim_erased = false;
+  s.state = SlotState::kWriting;
+  s.id = r.id;
+  s.priority = r.priority;
+  s.pins = 0;
+  s.erase_pending = erased;  // erased while its victim spilled: freed when published
+  if (!erased) shard.index[r.id] = r.slot;
+  shard.policy->OnAdmit(static_cast<EvictionEntry>(r.slot), ContentIdHash{}(r.id), /*depth=*/0);
 }
 
 void HostTier::Publish(Shard& shard, std::int32_t slot) {
@@ -246,15 +288,22 @@ Status HostTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& src
                      std::int64_t block, int priority) {
   KVMESH_ASSIGN_OR_RETURN(Shard * shard, FindShard(pool, priority));
   KVMESH_RETURN_IF_ERROR(shard->codec.CheckView(src, block));
+  const auto t0 = SteadyClock::now();
   KVMESH_ASSIGN_OR_RETURN(Reservation r, Reserve(*shard, id, priority));
   if (r.already_held) return Status::Ok();
-  Spill(*shard, r);
+  const auto t1 = SteadyClock::now();
+  Spill(*shard, r);  // the sink's time is the caller's (offload engine: spill staging)
+  const auto t2 = SteadyClock::now();
   const auto n = static_cast<std::size_t>(shard->codec.bundle_bytes());
   if (Status st = shard->codec.Encode(src, block, id, {SlotData(*shard, r.slot), n}); !st.ok()) {
     Abandon(*shard, r.slot);
     return st;
   }
+  const auto t3 = SteadyClock::now();
   Publish(*shard, r.slot);
+  counters_.index_ns.fetch_add(Nanos(t0, t1) + Nanos(t3, SteadyClock::now()),
+                               std::memory_order_relaxed);
+  counters_.encode_ns.fetch_add(Nanos(t2, t3), std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -282,7 +331,8 @@ std::int64_t HostTier::ForEachBlock(TierPoolId pool,
     {
       MutexLock lock(&shard.mu);
       Slot& s = shard.slots[slot];
-      if (s.state != SlotState::kReady || s.erase_pending) continue;
+      // A spilling victim is the sink's (and on its way to the tier below): not walked.
+      if (s.state != SlotState::kReady || s.erase_pending || s.spilling) continue;
       ++s.pins;
       RemoveEvictable(shard, slot);
       b.pool = pool;
@@ -307,8 +357,19 @@ std::int64_t HostTier::ForEachBlock(TierPoolId pool,
 
 Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
                      std::int64_t block) {
+  return Read(pool, id, dst, block, /*one_pass=*/false);
+}
+
+Status HostTier::GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                               std::int64_t block) {
+  return Read(pool, id, dst, block, /*one_pass=*/true);
+}
+
+Status HostTier::Read(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                      std::int64_t block, bool one_pass) {
   KVMESH_ASSIGN_OR_RETURN(Shard * shard, FindShard(pool, kTierDefaultPriority));
   KVMESH_RETURN_IF_ERROR(shard->codec.CheckView(dst, block));
+  const auto t0 = SteadyClock::now();
   std::int32_t slot = -1;
   {
     MutexLock lock(&shard->mu);
@@ -319,30 +380,38 @@ Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst
     }
     slot = it->second;
     Slot& s = shard->slots[slot];
-    if (++s.pins == 1) {
+    if (++s.pins == 1 && !s.spilling) {
       RemoveEvictable(*shard, slot);
       shard->policy->OnAcquire(static_cast<EvictionEntry>(slot));
     }
   }
   // Pinned: the slot is neither evicted nor reused while it is verified and copied out.
+  const auto t1 = SteadyClock::now();
   const auto n = static_cast<std::size_t>(shard->codec.bundle_bytes());
-  Status st = shard->codec.Decode({SlotData(*shard, slot), n}, id, dst, block);
+  const std::span<const std::byte> bundle(SlotData(*shard, slot), n);
+  Status st = one_pass ? shard->codec.DecodeOnePass(bundle, id, dst, block)
+                       : shard->codec.Decode(bundle, id, dst, block);
+  const auto t2 = SteadyClock::now();
   bool erased_now = false;
   {
     MutexLock lock(&shard->mu);
     Slot& s = shard->slots[slot];
     --s.pins;
-    if (!st.ok() && !s.erase_pending) {
+    if (!st.ok() && !s.erase_pending && !s.victim_erased) {
       EraseSlot(*shard, slot);  // frees it now if no other reader holds it
       erased_now = true;
-    } else if (s.pins == 0) {
+    } else if (s.pins == 0 && !s.spilling) {
       if (s.erase_pending) {
         FreeSlot(*shard, slot);
       } else {
         MakeEvictable(*shard, slot);  // most recently used
       }
     }
+    if (s.spilling && s.pins == 0) shard->cv.notify_all();  // the spilling put waits for this
   }
+  counters_.index_ns.fetch_add(Nanos(t0, t1) + Nanos(t2, SteadyClock::now()),
+                               std::memory_order_relaxed);
+  counters_.decode_ns.fetch_add(Nanos(t1, t2), std::memory_order_relaxed);
   if (!st.ok()) {
     if (erased_now) {
       counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
@@ -369,6 +438,11 @@ Status HostTier::Erase(TierPoolId pool, const ContentId& id) {
   MutexLock lock(&shard->mu);
   auto it = shard->index.find(id);
   if (it == shard->index.end()) {
+    if (auto in = shard->incoming.find(id); in != shard->incoming.end() && !in->second) {
+      in->second = true;  // being written while its slot's victim spills
+      counters_.erases.fetch_add(1, std::memory_order_relaxed);
+      return Status::Ok();
+    }
     return Status::NotFound(StrCat("host tier pool ", pool.value, ": no block ", id.ToHex()));
   }
   EraseSlot(*shard, it->second);

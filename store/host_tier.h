@@ -10,20 +10,27 @@
 // options.eviction_policy (pool/eviction_policy.h) names. The default, priority-lru: all blocks of
 // the lowest priority before any of the next one, within a priority the least recently used (put
 // or get) first; learned: priorities the same, within one the block least likely to be used again
-// by what this tier has seen of puts and gets (pool/learned_policy.h). A victim is handed to the
-// eviction sink (e.g. a RocksDB tier's PutBundle) before its slot is reused; a sink failure is
-// counted (spill_failures) and the block is dropped — a tier is a cache. Blocks being written or
-// read are never victims.
+// by what this tier has seen of puts and gets (pool/learned_policy.h). A victim is handed to the eviction sink (e.g. a RocksDB tier's PutBundle, or the offload
+// engine's spill staging) before its slot is reused, and stays in the index — found by Contains,
+// readable by Get — until the sink has returned: a sink that makes the block findable elsewhere
+// before returning (staging, the tier below) leaves no moment in which the block is in no tier. A
+// sink failure is counted (spill_failures) and the block is dropped — a tier is a cache. Blocks
+// being written or read are never victims.
 //
 // Slot states (one shard's mutex guards every transition):
 //
 //   state     in index  evictable  how it is entered                 how it is left
 //   kFree     no        no         creation; erase/corrupt, unpinned  put takes it (→ kWriting)
 //   kWriting  yes*      no         put reserved it (free or victim)   put publishes (→ kReady)
-//   kReady    yes       if pins 0  put published                      evicted (→ kWriting);
-//                                                                     erased (→ kFree once pins 0)
+//   kReady    yes       if pins 0  put published                      chosen as victim (→
+//                                                                     spilling); erased (→ kFree
+//                                                                     once pins 0)
+//   spilling  yes       no         a put chose it as its victim       the sink returned and no
+//   (kReady)                                                          reader holds it (→ kWriting
+//                                                                     for the new block)
 //   (* a kWriting slot is in the index so that a second put of the same id does not copy again,
-//      but gets and Contains treat it as absent: a block is never visible before its copy is done.)
+//      but gets and Contains treat it as absent: a block is never visible before its copy is done.
+//      While its victim spills, the new block's id is in the shard's `incoming` set instead.)
 //
 // A reader pins a ready slot under the lock (pins > 0: not evictable, not reused), verifies and
 // copies out without the lock, and unpins under the lock. A writer reserves a slot under the lock,
@@ -32,7 +39,9 @@
 // it from the index at once and frees the slot when its last user is done.
 //
 // Every get verifies the bundle (structure, fingerprint, content id, checksum) before writing the
-// destination; a slot that fails is erased, counted (corrupt) and reported as kCorruption.
+// destination — GetForRestore, into a restore's hidden destination, in the same pass as the copy
+// (the header and table first); a slot that fails is erased, counted (corrupt) and reported as
+// kCorruption. Stage times (stats().stages): index bookkeeping, encode, verify+copy.
 //
 // Thread safety: thread-safe. The eviction sink is called from the thread of the Put or PutBundle
 // that evicts, with no tier lock held; it may call into other tiers, but not back into this one for
@@ -40,6 +49,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <unordered_map>
@@ -90,15 +100,18 @@ class HostTier final : public BlockTier {
                    int priority) override;
   Status Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
              std::int64_t block) override;
+  // Calls fn for every ready block of `pool` (its id, priority and bundle), the block pinned while
+  // fn runs (not evicted or reused meanwhile); blocks put during the walk may or may not be seen,
+  // and a victim being spilled is not. Each visited block becomes the most recently used. fn must
+  // not call into this tier for the same pool. Returns how many blocks fn saw (0 for an unknown
+  // pool). For flushing at shutdown.
+  std::int64_t ForEachBlock(TierPoolId pool, const std::function<void(const EvictedBundle&)>& fn);
+
+  Status GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                       std::int64_t block) override;
   bool Contains(TierPoolId pool, const ContentId& id) override;
   Status Erase(TierPoolId pool, const ContentId& id) override;
   TierStats stats() const override;
-
-  // Calls fn for every ready block of `pool` (its id, priority and bundle), the block pinned while
-  // fn runs (not evicted or reused meanwhile); blocks put during the walk may or may not be seen.
-  // Each visited block becomes the most recently used. fn must not call into this tier for the
-  // same pool. Returns how many blocks fn saw (0 for an unknown pool). For flushing at shutdown.
-  std::int64_t ForEachBlock(TierPoolId pool, const std::function<void(const EvictedBundle&)>& fn);
 
   // Whether the memory is CUDA pinned memory.
   bool pinned() const { return memory_.pinned(); }
@@ -118,6 +131,8 @@ class HostTier final : public BlockTier {
     int priority = kTierDefaultPriority;
     int pins = 0;
     bool erase_pending = false;  // removed from the index; free it when its users are done
+    bool spilling = false;       // a ready victim being handed to the sink (still readable)
+    bool victim_erased = false;  // spilling, and erased meanwhile (already out of the index)
   };
   struct Shard {
     Shard(HostTierPool config, BundleCodec codec) : config(config), codec(std::move(codec)) {}
@@ -133,23 +148,34 @@ class HostTier final : public BlockTier {
     std::unique_ptr<EvictionPolicy> policy KVMESH_GUARDED_BY(mu);
     std::uint64_t stamp KVMESH_GUARDED_BY(mu) = 0;  // use stamps for the policy
     std::unordered_map<ContentId, std::int32_t, ContentIdHash> index KVMESH_GUARDED_BY(mu);
+    // Puts whose slot's victim is spilling: reserved (a second put of the id copies nothing), not
+    // yet in the index. An erase of one removes it (the put then frees its slot on publishing).
+    std::unordered_map<ContentId, bool, ContentIdHash> incoming KVMESH_GUARDED_BY(mu);
+    std::condition_variable cv;  // a spilling slot's last reader is done
   };
   // What a put reserved: a slot, and the victim it displaced (if any).
   struct Reservation {
     std::int32_t slot = -1;
     bool already_held = false;
-    bool has_victim = false;
+    bool has_victim = false;  // the slot's victim is spilling; `id` is in the incoming set
     EvictedBundle victim;
+    ContentId id;
+    int priority = kTierDefaultPriority;
   };
 
   HostTier(HostTierOptions options, HostMemory memory);
   Result<Shard*> FindShard(TierPoolId pool, int priority) const;
+  // Get (verify, then copy) or GetForRestore (one pass).
+  Status Read(TierPoolId pool, const ContentId& id, const KvPoolView& dst, std::int64_t block,
+              bool one_pass);
   std::byte* SlotData(const Shard& shard, std::int32_t slot) const {
     return shard.base + static_cast<std::int64_t>(slot) * shard.slot_bytes;
   }
-  // Reserves a slot for `id` (evicting if needed). kResourceExhausted when none can be had.
+  // Reserves a slot for `id` (evicting if needed: the victim is spilled through the sink first).
+  // kResourceExhausted when none can be had.
   Result<Reservation> Reserve(Shard& shard, const ContentId& id, int priority);
-  void Spill(Shard& shard, const Reservation& r);
+  // Hands the victim to the sink, then gives its slot to the reserved id.
+  void Spill(Shard& shard, Reservation& r);
   void Publish(Shard& shard, std::int32_t slot);
   // Puts the reserved slot back to free (a failed write).
   void Abandon(Shard& shard, std::int32_t slot);

@@ -1,5 +1,6 @@
 #include "store/offload_engine.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/log.h"
@@ -24,8 +25,10 @@ struct TrafficCounters {
     direction = d;
     tier = t;
   }
-  void Add(std::int64_t n_bytes, std::int64_t n_ns) {
-    blocks.fetch_add(1, std::memory_order_relaxed);
+  void Add(std::int64_t n_bytes, std::int64_t n_ns) { Add(1, n_bytes, n_ns); }
+  // n_blocks copied in one go (a restore range): the observer sees them as one copy.
+  void Add(std::int64_t n_blocks, std::int64_t n_bytes, std::int64_t n_ns) {
+    blocks.fetch_add(n_blocks, std::memory_order_relaxed);
     bytes.fetch_add(n_bytes, std::memory_order_relaxed);
     ns.fetch_add(n_ns, std::memory_order_relaxed);
     if (observer != nullptr) (*observer)(direction, tier, n_bytes, n_ns);
@@ -45,8 +48,15 @@ struct OffloadEngine::Counters {
   TrafficCounters offload, spill, onboard_host, onboard_disk;
   std::atomic<std::int64_t> evictions_seen{0}, skipped_priority{0}, skipped_clean{0},
       offload_failed{0}, spill_skipped_clean{0}, spill_failed{0}, onboard_missing{0},
-      onboard_corrupt{0}, onboard_failed{0};
+      onboard_corrupt{0}, onboard_failed{0}, listener_ns{0}, lookup_ns{0};
 };
+
+namespace {
+// A restore's ranges: at least this many bytes of blocks each.
+constexpr std::int64_t kOnboardRangeBytes = 1 << 20;
+// Offloads a worker takes from the queue at a time (at most).
+constexpr std::size_t kOffloadBatch = 32;
+}  // namespace
 
 struct OffloadEngine::OnboardJob {
   std::vector<ContentId> ids;
@@ -182,22 +192,59 @@ bool OffloadEngine::ShouldCopy(const EvictedBlock& block) {
 }
 
 void OffloadEngine::OnEvict(const EvictedBlock& block) {
+  const auto start = SteadyClock::now();
   if (ShouldCopy(block)) CopyOut(block);  // the bytes are intact only during this call
+  counters_->listener_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
 }
 
 void OffloadEngine::OnEvictDeferrable(const EvictedBlock& block, MoveOutTicket& ticket) {
+  const auto start = SteadyClock::now();
   if (options_.copy_threads == 0) {
     OnEvict(block);  // synchronous: the ticket is left, the slot is reused when this returns
-    return;
+  } else if (ShouldCopy(block)) {
+    bool start_drainer = false;
+    {
+      MutexLock lock(&mu_);
+      ++in_flight_;
+      offload_queue_.push_back({block, std::move(ticket)});
+      if (drainers_ < options_.copy_threads) {
+        ++drainers_;
+        start_drainer = true;
+      }
+    }
+    if (start_drainer) copy_pool_->Submit([this] { DrainOffloads(); });
   }
-  if (!ShouldCopy(block)) return;
-  Started();
-  auto mine = std::make_shared<MoveOutTicket>(std::move(ticket));
-  copy_pool_->Submit([this, block, mine] {
-    CopyOut(block);
-    mine->Complete();  // the block may be reused from now on
-    Finished();
-  });
+  counters_->listener_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
+}
+
+void OffloadEngine::DrainOffloads() {
+  std::vector<PendingOffload> batch;
+  for (;;) {
+    {
+      MutexLock lock(&mu_);
+      if (offload_queue_.empty()) {
+        --drainers_;
+        return;
+      }
+      // Share the queue with the other drainers, up to a batch each.
+      const std::size_t n = std::clamp<std::size_t>(
+          offload_queue_.size() / static_cast<std::size_t>(drainers_), 1, kOffloadBatch);
+      for (std::size_t i = 0; i < n; ++i) {
+        batch.push_back(std::move(offload_queue_.front()));
+        offload_queue_.pop_front();
+      }
+    }
+    for (PendingOffload& p : batch) {
+      CopyOut(p.block);
+      p.ticket.Complete();  // the block may be reused from now on
+    }
+    {
+      MutexLock lock(&mu_);
+      in_flight_ -= static_cast<std::int64_t>(batch.size());
+      if (in_flight_ == 0) cv_.notify_all();
+    }
+    batch.clear();
+  }
 }
 
 Status OffloadEngine::Spill(const EvictedBundle& victim) {
@@ -259,72 +306,131 @@ std::shared_ptr<const std::vector<std::byte>> OffloadEngine::Staged(TierPoolId p
 }
 
 std::int64_t OffloadEngine::CountHeld(std::span<const ContentId> ids) {
+  const auto start = SteadyClock::now();
   std::int64_t n = 0;
   for (const ContentId& id : ids) {
-    for (int p = 0; p < num_pools(); ++p) {
+    bool all = true;
+    for (int p = 0; p < num_pools() && all; ++p) {
       const TierPoolId pool{p};
-      if (!(host_ && host_->Contains(pool, id)) && !(disk_ && disk_->Contains(pool, id)) &&
-          !(disk_ && Staged(pool, id) != nullptr)) {
-        return n;
-      }
+      all = (host_ && host_->Contains(pool, id)) || (disk_ && disk_->Contains(pool, id)) ||
+            (disk_ && Staged(pool, id) != nullptr);
     }
+    if (!all) break;
     ++n;
   }
+  counters_->lookup_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
   return n;
 }
 
-void OffloadEngine::CopyIn(OnboardJob& job, std::size_t i) {
-  KvTier used = KvTier::kHost;
+void OffloadEngine::FailBlock(OnboardJob& job, std::size_t i, Status st) {
+  // Corrupt reads were counted where they happened.
+  if (st.code() == StatusCode::kNotFound) {
+    counters_->onboard_missing.fetch_add(1, std::memory_order_relaxed);
+  } else if (st.code() != StatusCode::kCorruption) {
+    counters_->onboard_failed.fetch_add(1, std::memory_order_relaxed);
+  }
+  job.status[i] = std::move(st);
+}
+
+void OffloadEngine::CopyIn(OnboardJob& job, std::size_t begin, std::size_t end) {
+  const auto np = static_cast<std::size_t>(num_pools());
+  for (std::size_t i = begin; i < end; ++i) {
+    job.status[i] = Status::Ok();
+    job.source[i] = KvTier::kHost;
+  }
+  std::vector<std::size_t> to_disk;  // blocks whose pool-p block the RocksDB tier is to give
+  std::vector<ContentId> disk_ids;
+  std::vector<std::int64_t> disk_blocks;
+  std::vector<Status> disk_status;
   for (int p = 0; p < num_pools(); ++p) {
     const TierPoolId pool{p};
     const KvPoolView& dst = options_.pools[p];
-    const std::int64_t block = job.blocks[i * static_cast<std::size_t>(num_pools()) + p].value;
-    Status st = Status::NotFound("no tier");
-    if (host_) {
-      const auto start = SteadyClock::now();
-      st = host_->Get(pool, job.ids[i], dst, block);
-      if (st.ok()) counters_->onboard_host.Add(block_bytes_[p], NanosSince(start));
-      if (st.code() == StatusCode::kCorruption) {
-        counters_->onboard_corrupt.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
-    if (!st.ok() && disk_) {
-      if (auto staged = Staged(pool, job.ids[i]); staged != nullptr) {  // being spilled
+    to_disk.clear();
+    for (std::size_t i = begin; i < end; ++i) {
+      if (!job.status[i].ok()) continue;  // another pool's block of it failed
+      const std::int64_t block = job.blocks[i * np + p].value;
+      Status st = Status::NotFound("no tier");
+      if (host_) {
         const auto start = SteadyClock::now();
-        const Status s = codecs_[p].Decode(*staged, job.ids[i], dst, block);
-        if (s.ok()) {
-          counters_->onboard_host.Add(block_bytes_[p], NanosSince(start));
-          st = s;
-        }
-      }
-    }
-    if (!st.ok() && disk_) {
-      const auto start = SteadyClock::now();
-      const Status d = disk_->Get(pool, job.ids[i], dst, block);
-      if (d.ok()) {
-        counters_->onboard_disk.Add(block_bytes_[p], NanosSince(start));
-        used = KvTier::kDisk;
-        st = d;
-      } else {
-        if (d.code() == StatusCode::kCorruption) {
+        st = host_->GetForRestore(pool, job.ids[i], dst, block);
+        if (st.ok()) counters_->onboard_host.Add(block_bytes_[p], NanosSince(start));
+        if (st.code() == StatusCode::kCorruption) {
           counters_->onboard_corrupt.fetch_add(1, std::memory_order_relaxed);
         }
-        if (st.code() != StatusCode::kCorruption) st = d;
       }
-    }
-    if (!st.ok()) {  // corrupt reads were counted where they happened
-      if (st.code() == StatusCode::kNotFound) {
-        counters_->onboard_missing.fetch_add(1, std::memory_order_relaxed);
-      } else if (st.code() != StatusCode::kCorruption) {
-        counters_->onboard_failed.fetch_add(1, std::memory_order_relaxed);
+      if (!st.ok() && disk_) {
+        if (auto staged = Staged(pool, job.ids[i]); staged != nullptr) {  // being spilled
+          const auto start = SteadyClock::now();
+          if (codecs_[p].DecodeOnePass(*staged, job.ids[i], dst, block).ok()) {
+            counters_->onboard_host.Add(block_bytes_[p], NanosSince(start));
+            st = Status::Ok();
+          }
+        }
       }
-      job.status[i] = st;
-      return;
+      if (st.ok()) continue;
+      if (!disk_) {
+        FailBlock(job, i, std::move(st));
+        continue;
+      }
+      job.status[i] = std::move(st);  // the host's answer, until the disk's is in
+      to_disk.push_back(i);
     }
+    if (to_disk.empty()) continue;
+    disk_ids.clear();
+    disk_blocks.clear();
+    for (std::size_t i : to_disk) {
+      disk_ids.push_back(job.ids[i]);
+      disk_blocks.push_back(job.blocks[i * np + p].value);
+    }
+    disk_status.assign(to_disk.size(), Status::Ok());
+    const auto start = SteadyClock::now();
+    disk_->GetManyForRestore(pool, disk_ids, dst, disk_blocks, disk_status);
+    const std::int64_t ns = NanosSince(start);
+    std::int64_t restored = 0;
+    for (std::size_t j = 0; j < to_disk.size(); ++j) {
+      const std::size_t i = to_disk[j];
+      Status& d = disk_status[j];
+      if (d.ok()) {
+        job.status[i] = Status::Ok();
+        job.source[i] = KvTier::kDisk;
+        ++restored;
+        continue;
+      }
+      if (d.code() == StatusCode::kCorruption) {
+        counters_->onboard_corrupt.fetch_add(1, std::memory_order_relaxed);
+      }
+      // A corrupt host copy is the reason to report over a disk miss.
+      FailBlock(job, i, job.status[i].IsCorruption() ? job.status[i] : std::move(d));
+    }
+    if (restored > 0) counters_->onboard_disk.Add(restored, restored * block_bytes_[p], ns);
   }
-  job.status[i] = Status::Ok();
-  job.source[i] = used;
 }
+
+std::size_t OffloadEngine::OnboardRange() const {
+  std::int64_t bytes = 0;
+  for (std::int64_t b : block_bytes_) bytes += b;
+  return static_cast<std::size_t>(std::max<std::int64_t>(1, kOnboardRangeBytes / bytes));
+}
+
+namespace {
+
+// The leading run of restored blocks and why it stopped.
+OnboardResult ResultOf(const std::vector<Status>& status, const std::vector<KvTier>& source) {
+  OnboardResult r;
+  while (r.restored < static_cast<std::int64_t>(status.size()) &&
+         status[static_cast<std::size_t>(r.restored)].ok()) {
+    const KvTier t = source[static_cast<std::size_t>(r.restored)];
+    r.sources.push_back(t);
+    (t == KvTier::kDisk ? r.from_disk : r.from_host) += 1;
+    ++r.restored;
+  }
+  if (r.restored < static_cast<std::int64_t>(status.size())) {
+    r.stop_reason = status[static_cast<std::size_t>(r.restored)];
+  }
+  return r;
+}
+
+}  // namespace
 
 void OffloadEngine::OnboardAsync(std::vector<ContentId> ids, std::vector<BlockId> blocks,
                                  std::function<void(OnboardResult)> done) {
@@ -340,25 +446,16 @@ void OffloadEngine::OnboardAsync(std::vector<ContentId> ids, std::vector<BlockId
   job->blocks = std::move(blocks);
   job->status.assign(n, Status::Ok());
   job->source.assign(n, KvTier::kNone);
-  job->remaining.store(static_cast<std::int64_t>(n), std::memory_order_relaxed);
   job->done = std::move(done);
+  const std::size_t range = OnboardRange();
+  const std::size_t ranges = (n + range - 1) / range;
+  job->remaining.store(static_cast<std::int64_t>(ranges), std::memory_order_relaxed);
   Started();
-  for (std::size_t i = 0; i < n; ++i) {
-    copy_pool_->Submit([this, job, i] {
-      CopyIn(*job, i);
+  for (std::size_t begin = 0; begin < n; begin += range) {
+    copy_pool_->Submit([this, job, begin, end = std::min(n, begin + range)] {
+      CopyIn(*job, begin, end);
       if (job->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-      OnboardResult r;
-      while (r.restored < static_cast<std::int64_t>(job->ids.size()) &&
-             job->status[static_cast<std::size_t>(r.restored)].ok()) {
-        const KvTier t = job->source[static_cast<std::size_t>(r.restored)];
-        r.sources.push_back(t);
-        (t == KvTier::kDisk ? r.from_disk : r.from_host) += 1;
-        ++r.restored;
-      }
-      if (r.restored < static_cast<std::int64_t>(job->ids.size())) {
-        r.stop_reason = job->status[static_cast<std::size_t>(r.restored)];
-      }
-      job->done(std::move(r));
+      job->done(ResultOf(job->status, job->source));
       Finished();
     });
   }
@@ -366,20 +463,25 @@ void OffloadEngine::OnboardAsync(std::vector<ContentId> ids, std::vector<BlockId
 
 OnboardResult OffloadEngine::Onboard(std::span<const ContentId> ids,
                                      std::span<const BlockId> blocks) {
-  Mutex mu;
-  std::condition_variable cv;
-  bool finished = false;
-  OnboardResult result;
-  OnboardAsync(std::vector<ContentId>(ids.begin(), ids.end()),
-               std::vector<BlockId>(blocks.begin(), blocks.end()), [&](OnboardResult r) {
-                 MutexLock lock(&mu);
-                 result = std::move(r);
-                 finished = true;
-                 cv.notify_all();
-               });
-  MutexLock lock(&mu);
-  AwaitCondition(cv, mu, [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return finished; });
-  return result;
+  KVMESH_CHECK(blocks.size() == ids.size() * static_cast<std::size_t>(num_pools()))
+      << "onboard of " << ids.size() << " blocks with " << blocks.size() << " destinations";
+  OnboardJob job;
+  const std::size_t n = ids.size();
+  job.ids.assign(ids.begin(), ids.end());
+  job.blocks.assign(blocks.begin(), blocks.end());
+  job.status.assign(n, Status::Ok());
+  job.source.assign(n, KvTier::kNone);
+  const std::size_t range = OnboardRange();
+  if (n <= range) {
+    CopyIn(job, 0, n);  // small: in this thread, no hand-off
+  } else {
+    // The caller takes part: its ranges and the workers' run at once.
+    copy_pool_->ParallelFor(static_cast<std::int64_t>(n), static_cast<std::int64_t>(range),
+                            [&](std::int64_t b, std::int64_t e) {
+                              CopyIn(job, static_cast<std::size_t>(b), static_cast<std::size_t>(e));
+                            });
+  }
+  return ResultOf(job.status, job.source);
 }
 
 OffloadStats OffloadEngine::stats() const {
@@ -401,6 +503,8 @@ OffloadStats OffloadEngine::stats() const {
   s.onboard_missing = ld(c.onboard_missing);
   s.onboard_corrupt = ld(c.onboard_corrupt);
   s.onboard_failed = ld(c.onboard_failed);
+  s.listener_s = static_cast<double>(ld(c.listener_ns)) * 1e-9;
+  s.lookup_s = static_cast<double>(ld(c.lookup_ns)) * 1e-9;
   {
     MutexLock lock(&mu_);
     s.copies_in_flight = in_flight_;

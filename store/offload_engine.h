@@ -14,28 +14,38 @@
 //   - clean — the host tier or the RocksDB tier already holds a complete copy (Contains): not
 //     copied again (inclusive tiers; counted: skipped_clean). A block restored from a tier is
 //     clean, since the tier keeps it;
-//   - else the engine takes the block's MoveOutTicket and a copy worker puts the block into the top
-//     tier (host, or RocksDB without a host tier), then completes the ticket: the slot is not
-//     reused before the copy is done, and the manager's lock is not held during the copy.
-//   Claimed blocks (OnEvict, kClaimed) are copied synchronously during the call, same rules.
+//   - else the engine takes the block's MoveOutTicket and queues the copy; up to copy_threads
+//     workers drain the queue in batches, putting each block into the top tier (host, or RocksDB
+//     without a host tier) and completing its ticket: the slot is not reused before the copy is
+//     done, and the manager's lock is not held during the copy.
+//   Claimed blocks (a sequence's copy-free partial reuse, kClaimed) take the same deferred path:
+//   the engine takes the claim's ticket and a worker copies the block; the manager hands it to
+//   the claiming sequence once the ticket completed, waiting without its lock.
 // Spill: the host tier's eviction sink. A host victim not already on disk is copied into staging
 // memory and written to RocksDB by the spill thread (bounded by max_spill_queue_bytes: a put that
-// finds the queue full waits for it to drain), so no disk I/O runs in HostTier::Put. A staged
-// block stays findable (CountHeld, Onboard: verified like any tier read, counted as a host hit)
-// until RocksDB holds it, so a spill opens no window in which the block is in no tier.
+// finds the queue full waits for it to drain — on a copy worker, never under the manager's lock),
+// so no disk I/O runs in HostTier::Put. The host tier keeps the victim findable until the sink
+// returned, and the staged block stays findable (CountHeld, Onboard: verified like any tier read,
+// counted as a host hit) until RocksDB holds it, so a spill opens no window in which the block is
+// in no tier.
 //
 // Onboard: CountHeld(ids) says how many blocks, from the first on, the tiers hold (every pool's
 // block of each); Onboard(ids, blocks) copies them into the given pool blocks, host first, then
-// RocksDB — every read verified by the tier (bundle checksum bound to content id and geometry).
-// A block that is missing or fails verification ends the run: the blocks before it are restored,
-// it and those after are not (a failed check is a miss plus a counter, never data).
+// RocksDB — every read verified by the tier (bundle checksum bound to content id and geometry) in
+// the same pass as the copy (GetForRestore: the destinations are hidden, reserved blocks that
+// nobody reads before they are published; a block that fails is never published). The blocks a
+// pool's RocksDB tier holds are read in one MultiGet per range. A block that is missing or fails
+// verification ends the run: the blocks before it are restored, it and those after are not (a
+// failed check is a miss plus a counter, never data). A restore is cut into contiguous ranges of
+// at least 1 MiB: a small one runs in the calling thread (no hand-off), a large one over the
+// caller and the workers.
 //
 // Threads and locks. Copies run on `copy_threads` workers (0: in the calling thread, synchronous
-// and deterministic); spills on one spill thread (0 copy threads: in the putting thread). A
-// worker never takes the block manager's lock, which is what lets the manager wait, holding its
-// lock, for a move out to complete (pool/move_out.h). The tiers' own locks are taken under the
-// manager's lock only by Contains (a map lookup); no disk I/O and no block copy runs under it
-// unless copy_threads is 0.
+// and deterministic — everything then runs under the manager's lock, for tests only); spills on
+// one spill thread (0 copy threads: in the putting thread). A worker never takes the block
+// manager's lock, and the manager waits for move outs without holding it (pool/move_out.h). The
+// tiers' own locks are taken under the manager's lock only by Contains (a map lookup); no disk
+// I/O and no block copy runs under it unless copy_threads is 0.
 //
 // GPU pools (not built here; the design keeps it open): offload would stage a block through a
 // host-tier slot — cudaMemcpyAsync device → pinned slot (HostTier memory is cudaHostAlloc'ed when
@@ -54,6 +64,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -119,6 +130,8 @@ struct OffloadStats {
   std::int64_t onboard_corrupt = 0;  // reads that failed verification (each a miss)
   std::int64_t onboard_failed = 0;   // other read errors (I/O)
   std::int64_t copies_in_flight = 0;
+  double listener_s = 0;  // in the eviction listener's calls (under the manager's lock)
+  double lookup_s = 0;    // in CountHeld (the tiers' indexes)
   bool has_host = false;
   bool has_disk = false;
   TierStats host;  // the tiers' own counters (zero when absent)
@@ -175,6 +188,10 @@ class OffloadEngine final : public EvictionListener {
  private:
   struct Counters;
   struct OnboardJob;
+  struct PendingOffload {
+    EvictedBlock block;
+    MoveOutTicket ticket;
+  };
 
   explicit OffloadEngine(OffloadEngineOptions options);
   Status Open();
@@ -187,8 +204,15 @@ class OffloadEngine final : public EvictionListener {
   void CopyOut(const EvictedBlock& block);
   // The host tier's eviction sink.
   Status Spill(const EvictedBundle& victim);
-  // Restores block i of a job (every pool); records its status in the job.
-  void CopyIn(OnboardJob& job, std::size_t i);
+  // Restores blocks [begin, end) of a job (every pool; RocksDB reads batched per pool); records
+  // each block's status and source in the job.
+  void CopyIn(OnboardJob& job, std::size_t begin, std::size_t end);
+  // Records a block that was not restored (counted by why).
+  void FailBlock(OnboardJob& job, std::size_t i, Status st);
+  // Blocks per range of a restore (at least 1 MiB of blocks).
+  [[nodiscard]] std::size_t OnboardRange() const;
+  // A copy worker's loop: takes queued offloads in batches until the queue is empty.
+  void DrainOffloads() KVMESH_EXCLUDES(mu_);
   // The bundle of a block being spilled, or null.
   std::shared_ptr<const std::vector<std::byte>> Staged(TierPoolId pool, const ContentId& id)
       KVMESH_EXCLUDES(mu_);
@@ -208,6 +232,8 @@ class OffloadEngine final : public EvictionListener {
   std::condition_variable cv_;
   std::int64_t in_flight_ KVMESH_GUARDED_BY(mu_) = 0;  // copy and spill jobs started, not done
   std::int64_t spill_queued_bytes_ KVMESH_GUARDED_BY(mu_) = 0;
+  std::deque<PendingOffload> offload_queue_ KVMESH_GUARDED_BY(mu_);
+  int drainers_ KVMESH_GUARDED_BY(mu_) = 0;  // workers draining offload_queue_
   // Bundles being spilled, by (pool, content id).
   std::map<std::pair<std::int32_t, ContentId>, std::shared_ptr<const std::vector<std::byte>>>
       staged_ KVMESH_GUARDED_BY(mu_);

@@ -4,6 +4,8 @@
 #include <rocksdb/db.h>
 #include <rocksdb/write_batch.h>
 
+#include <chrono>
+
 #include "common/log.h"
 #include "common/strings.h"
 #include "store/rocksdb_tier_internal.h"
@@ -11,6 +13,28 @@
 namespace kvmesh {
 
 using rocksdb_tier::KeySlice;
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::int64_t NanosSince(SteadyClock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start).count();
+}
+
+std::int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
+      .count();
+}
+
+rocksdb::WriteOptions WriteOptionsFor(const RocksDbTierOptions& o) {
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = o.durability != DiskDurability::kWal;
+  wo.sync = o.durability == DiskDurability::kWal && o.wal_sync;
+  return wo;
+}
+
+}  // namespace
 
 Result<RocksDbTier::PoolFamilies*> RocksDbTier::FindPool(TierPoolId pool, int priority) const {
   if (priority < kTierMinPriority || priority > kTierMaxPriority) {
@@ -43,6 +67,7 @@ Status RocksDbTier::Disable(std::string_view op, const rocksdb::Status& s) {
     MutexLock lock(&mu_);
     disabled_reason_ = reason;
   }
+  upkeep_cv_.notify_all();
   return Status::IoError(StrCat("rocksdb tier ", options_.path, " ", reason, " (tier disabled)"));
 }
 
@@ -52,10 +77,35 @@ void RocksDbTier::EraseFromIndex(const Key& key) {
   if (it->second.state == EntryState::kReady) {
     order_.erase({it->second.priority, it->second.seq, key.pool, key.id});
     ready_bytes_ -= it->second.bytes;
+    if (!it->second.durable) --not_durable_entries_;
   }
   dirty_.erase(key);
   used_bytes_ -= it->second.bytes;
   index_.erase(it);
+}
+
+RocksDbTier::Key RocksDbTier::EvictOne() {
+  const OrderKey victim = *order_.begin();
+  const Key key{victim.pool, victim.id};
+  counters_.evictions.fetch_add(1, std::memory_order_relaxed);
+  counters_.eviction_bytes.fetch_add(index_.at(key).bytes, std::memory_order_relaxed);
+  if (options_.on_evict) options_.on_evict(key.pool, key.id);
+  EraseFromIndex(key);
+  return key;
+}
+
+Status RocksDbTier::WriteDeletes(std::span<const Key> victims, std::string_view op) {
+  if (victims.empty()) return Status::Ok();
+  rocksdb::WriteBatch batch;
+  for (const Key& v : victims) {
+    const PoolFamilies& vp = *FindPool(v.pool, kTierDefaultPriority).value();
+    batch.Delete(vp.data, KeySlice(v.id)).PermitUncheckedError();
+    batch.Delete(vp.meta, KeySlice(v.id)).PermitUncheckedError();
+  }
+  if (rocksdb::Status s = db_->Write(WriteOptionsFor(options_), &batch); !s.ok()) {
+    return Disable(op, s);
+  }
+  return Status::Ok();
 }
 
 Result<RocksDbTier::Reservation> RocksDbTier::Reserve(const PoolFamilies& p, const ContentId& id,
@@ -81,23 +131,34 @@ Result<RocksDbTier::Reservation> RocksDbTier::Reserve(const PoolFamilies& p, con
     r.already_held = true;
     return r;
   }
-  if (writing_bytes_ + bytes > options_.capacity_bytes) {
-    return Status::ResourceExhausted(StrCat("rocksdb tier: ", bytes, " bytes do not fit in ",
-                                            options_.capacity_bytes, " with ", writing_bytes_,
+  const std::int64_t on_disk = disk_bytes_.load(std::memory_order_relaxed) +
+                               committed_since_sample_.load(std::memory_order_relaxed);
+  const bool on_disk_limit = options_.capacity_bytes >= rocksdb_tier::kMinOnDiskCapacity;
+  if (on_disk_limit &&
+      (over_capacity_.load(std::memory_order_relaxed) ||
+       static_cast<double>(on_disk + bytes) > rocksdb_tier::FractionsFor(options_).write_limit *
+                                                  static_cast<double>(options_.capacity_bytes))) {
+    counters_.over_capacity.fetch_add(1, std::memory_order_relaxed);
+    upkeep_cv_.notify_one();
+    return Status::ResourceExhausted(
+        StrCat("rocksdb tier: ", on_disk, " bytes on disk, at its capacity of ",
+               options_.capacity_bytes, " while compaction reclaims evicted blocks"));
+  }
+  const std::int64_t budget = Budget();
+  if (writing_bytes_ + bytes > budget || used_bytes_ - ready_bytes_ + bytes > budget) {
+    return Status::ResourceExhausted(StrCat("rocksdb tier: ", bytes, " bytes do not fit in its ",
+                                            "budget of ", budget, " with ", writing_bytes_,
                                             " bytes being written"));
   }
-  while (used_bytes_ + bytes > options_.capacity_bytes && !order_.empty()) {
-    const OrderKey victim = *order_.begin();
-    const Key vk{victim.pool, victim.id};
-    counters_.evictions.fetch_add(1, std::memory_order_relaxed);
-    counters_.eviction_bytes.fetch_add(index_.at(vk).bytes, std::memory_order_relaxed);
-    EraseFromIndex(vk);
-    r.victims.push_back(vk);
-  }
-  KVMESH_CHECK_LE(used_bytes_ + bytes, options_.capacity_bytes);
+  while (used_bytes_ + bytes > budget && !order_.empty()) r.victims.push_back(EvictOne());
   r.seq = next_seq_++;
   r.generation = next_generation_++;
-  index_.emplace(key, Entry{EntryState::kWriting, priority, r.seq, r.generation, bytes});
+  Entry e;
+  e.priority = priority;
+  e.seq = r.seq;
+  e.generation = r.generation;
+  e.bytes = bytes;
+  index_.emplace(key, e);
   used_bytes_ += bytes;
   writing_bytes_ += bytes;
   return r;
@@ -126,10 +187,11 @@ Status RocksDbTier::Commit(const PoolFamilies& p, const ContentId& id, int prior
       .PermitUncheckedError();
   const auto meta = rocksdb_tier::EncodeMeta(r.seq, priority);
   batch.Put(p.meta, key_slice, rocksdb::Slice(meta.data(), meta.size())).PermitUncheckedError();
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = options_.disable_wal;
-  wo.sync = options_.sync_writes && !options_.disable_wal;
+  const rocksdb::WriteOptions wo = WriteOptionsFor(options_);
+  const auto tw = SteadyClock::now();
   const rocksdb::Status s = db_->Write(wo, &batch);
+  const auto ti = SteadyClock::now();
+  counters_.write_ns.fetch_add(NanosSince(tw), std::memory_order_relaxed);
 
   bool erased_meanwhile = false;
   {
@@ -139,17 +201,39 @@ Status RocksDbTier::Commit(const PoolFamilies& p, const ContentId& id, int prior
     const bool mine = it != index_.end() && it->second.generation == r.generation;
     if (!s.ok()) {
       if (mine) EraseFromIndex(key);
-    } else if (mine) {
-      it->second.state = EntryState::kReady;
-      order_.insert({it->second.priority, it->second.seq, key.pool, key.id});
-      ready_bytes_ += bytes;
     } else {
-      erased_meanwhile = it == index_.end();
+      // Acknowledgement numbers follow the order in which puts return (taken under the lock).
+      const std::uint64_t ack = acked_.load(std::memory_order_relaxed) + 1;
+      acked_.store(ack, std::memory_order_release);
+      const bool durable_now = options_.durability == DiskDurability::kWal;
+      if (durable_now) durable_.store(ack, std::memory_order_release);
+      if (mine) {
+        Entry& e = it->second;
+        e.state = EntryState::kReady;
+        e.ack = ack;
+        e.durable = durable_now;
+        order_.insert({e.priority, e.seq, key.pool, key.id});
+        ready_bytes_ += bytes;
+        if (!durable_now) {
+          ++not_durable_entries_;
+          not_durable_.emplace_back(ack, key);
+        }
+      } else {
+        erased_meanwhile = it == index_.end();
+      }
     }
   }
+  counters_.index_ns.fetch_add(NanosSince(ti), std::memory_order_relaxed);
   if (!s.ok()) return Disable("put", s);
   counters_.puts.fetch_add(1, std::memory_order_relaxed);
   counters_.put_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  committed_since_sample_.fetch_add(bytes, std::memory_order_relaxed);
+  std::int64_t expected = 0;
+  first_unflushed_ns_.compare_exchange_strong(expected, NowNs(), std::memory_order_relaxed);
+  if (unflushed_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes >=
+      options_.flush_after_bytes) {
+    upkeep_cv_.notify_one();
+  }
   if (erased_meanwhile) {  // an Erase came while the write ran: undo it
     rocksdb::WriteBatch undo;
     undo.Delete(p.data, key_slice).PermitUncheckedError();
@@ -163,11 +247,16 @@ Status RocksDbTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& 
                         std::int64_t block, int priority) {
   KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, priority));
   KVMESH_RETURN_IF_ERROR(p->codec.CheckView(src, block));
+  const auto t0 = SteadyClock::now();
   KVMESH_ASSIGN_OR_RETURN(Reservation r, Reserve(*p, id, priority));
+  counters_.index_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
   if (r.already_held) return Status::Ok();
   // The bundle goes to RocksDB as pieces that point into the pool block: no intermediate copy.
+  const auto t1 = SteadyClock::now();
   BundlePieces pieces;
-  if (Status st = p->codec.EncodePieces(src, block, id, &pieces); !st.ok()) {
+  const Status encoded = p->codec.EncodePieces(src, block, id, &pieces);
+  counters_.encode_ns.fetch_add(NanosSince(t1), std::memory_order_relaxed);
+  if (Status st = encoded; !st.ok()) {
     MutexLock lock(&mu_);
     writing_bytes_ -= p->codec.bundle_bytes();
     auto it = index_.find(Key{pool, id});
@@ -180,8 +269,14 @@ Status RocksDbTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& 
 Status RocksDbTier::PutBundle(TierPoolId pool, const ContentId& id,
                               std::span<const std::byte> bundle, int priority) {
   KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, priority));
-  KVMESH_RETURN_IF_ERROR(p->codec.Verify(bundle, id));
-  KVMESH_ASSIGN_OR_RETURN(Reservation r, Reserve(*p, id, priority));
+  const auto t0 = SteadyClock::now();
+  const Status verified = p->codec.Verify(bundle, id);
+  counters_.encode_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
+  KVMESH_RETURN_IF_ERROR(verified);
+  const auto t1 = SteadyClock::now();
+  Result<Reservation> reserved = Reserve(*p, id, priority);
+  counters_.index_ns.fetch_add(NanosSince(t1), std::memory_order_relaxed);
+  KVMESH_ASSIGN_OR_RETURN(Reservation r, std::move(reserved));
   if (r.already_held) return Status::Ok();
   const std::span<const std::byte> one[1] = {bundle};
   return Commit(*p, id, priority, r, one);
@@ -201,43 +296,49 @@ Status RocksDbTier::DropCorrupt(const PoolFamilies& p, const ContentId& id,
   rocksdb::WriteBatch batch;
   batch.Delete(p.data, KeySlice(id)).PermitUncheckedError();
   batch.Delete(p.meta, KeySlice(id)).PermitUncheckedError();
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = options_.disable_wal;
-  if (rocksdb::Status s = db_->Write(wo, &batch); !s.ok()) {
+  if (rocksdb::Status s = db_->Write(WriteOptionsFor(options_), &batch); !s.ok()) {
     Disable("delete corrupt", s).IgnoreError();  // reported below as the corruption it is
   }
   return Status::Corruption(
       StrCat("rocksdb tier pool ", p.config.id.value, " block ", id.ToHex(), ": ", why));
 }
 
-Status RocksDbTier::ReadBlock(const PoolFamilies& p, const ContentId& id,
-                              const std::function<Status(std::span<const std::byte>)>& use) {
-  const Key key{p.config.id, id};
-  std::uint64_t generation = 0;
-  {
-    MutexLock lock(&mu_);
-    if (disabled()) {
-      return Status::IoError(
-          StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
-    }
-    auto it = index_.find(key);
-    if (it == index_.end() || it->second.state != EntryState::kReady) {
-      counters_.misses.fetch_add(1, std::memory_order_relaxed);
-      return Status::NotFound(
-          StrCat("rocksdb tier pool ", key.pool.value, ": no block ", id.ToHex()));
-    }
-    Entry& e = it->second;
-    generation = e.generation;
-    order_.erase({e.priority, e.seq, key.pool, key.id});
-    e.seq = next_seq_++;
-    order_.insert({e.priority, e.seq, key.pool, key.id});
-    dirty_.insert(key);
+Result<std::uint64_t> RocksDbTier::TouchForRead(const Key& key) {
+  MutexLock lock(&mu_);
+  if (disabled()) {
+    return Status::IoError(
+        StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
   }
+  auto it = index_.find(key);
+  if (it == index_.end() || it->second.state != EntryState::kReady) {
+    counters_.misses.fetch_add(1, std::memory_order_relaxed);
+    return Status::NotFound(
+        StrCat("rocksdb tier pool ", key.pool.value, ": no block ", key.id.ToHex()));
+  }
+  Entry& e = it->second;
+  order_.erase({e.priority, e.seq, key.pool, key.id});
+  e.seq = next_seq_++;
+  order_.insert({e.priority, e.seq, key.pool, key.id});
+  dirty_.insert(key);
+  return e.generation;
+}
+
+rocksdb::ReadOptions RocksDbTier::ReadOptionsNow() const {
   rocksdb::ReadOptions ro;
-  ro.verify_checksums = true;
-  ro.fill_cache = options_.fill_cache;
-  rocksdb::PinnableSlice value;
-  const rocksdb::Status s = db_->Get(ro, p.data, KeySlice(id), &value);
+  ro.verify_checksums = verify_block_checksums_.load(std::memory_order_relaxed);
+  ro.fill_cache = fill_cache_.load(std::memory_order_relaxed);
+  return ro;
+}
+
+void RocksDbTier::SetReadOptions(bool verify_block_checksums, bool fill_cache) {
+  verify_block_checksums_.store(verify_block_checksums, std::memory_order_relaxed);
+  fill_cache_.store(fill_cache, std::memory_order_relaxed);
+}
+
+Status RocksDbTier::FinishRead(const PoolFamilies& p, const ContentId& id, std::uint64_t generation,
+                               const rocksdb::Status& s, const rocksdb::PinnableSlice& value,
+                               const std::function<Status(std::span<const std::byte>)>& use) {
+  const Key key{p.config.id, id};
   if (s.IsNotFound()) {  // evicted or erased meanwhile, or its meta record outlived it
     MutexLock lock(&mu_);
     auto it = index_.find(key);
@@ -250,13 +351,27 @@ Status RocksDbTier::ReadBlock(const PoolFamilies& p, const ContentId& id,
   if (!s.ok()) return Disable("get", s);
   const std::span<const std::byte> bundle(reinterpret_cast<const std::byte*>(value.data()),
                                           value.size());
-  if (Status st = use(bundle); !st.ok()) {
-    return st.IsCorruption() ? DropCorrupt(p, id, generation, st.message()) : st;
-  }
+  const auto t0 = SteadyClock::now();
+  const Status st = use(bundle);
+  counters_.decode_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
+  if (!st.ok()) return st.IsCorruption() ? DropCorrupt(p, id, generation, st.message()) : st;
   counters_.hits.fetch_add(1, std::memory_order_relaxed);
   counters_.hit_bytes.fetch_add(static_cast<std::int64_t>(bundle.size()),
                                 std::memory_order_relaxed);
   return Status::Ok();
+}
+
+Status RocksDbTier::ReadBlock(const PoolFamilies& p, const ContentId& id,
+                              const std::function<Status(std::span<const std::byte>)>& use) {
+  const auto t0 = SteadyClock::now();
+  Result<std::uint64_t> generation = TouchForRead(Key{p.config.id, id});
+  counters_.index_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
+  if (!generation.ok()) return generation.status();
+  const auto t1 = SteadyClock::now();
+  rocksdb::PinnableSlice value;  // pins RocksDB's buffer (block cache or read buffer): no copy
+  const rocksdb::Status s = db_->Get(ReadOptionsNow(), p.data, KeySlice(id), &value);
+  counters_.read_ns.fetch_add(NanosSince(t1), std::memory_order_relaxed);
+  return FinishRead(p, id, *generation, s, value, use);
 }
 
 Status RocksDbTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
@@ -266,6 +381,63 @@ Status RocksDbTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& 
   return ReadBlock(*p, id, [&](std::span<const std::byte> bundle) {
     return p->codec.Decode(bundle, id, dst, block);
   });
+}
+
+Status RocksDbTier::GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                                  std::int64_t block) {
+  KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, kTierDefaultPriority));
+  KVMESH_RETURN_IF_ERROR(p->codec.CheckView(dst, block));
+  return ReadBlock(*p, id, [&](std::span<const std::byte> bundle) {
+    return p->codec.DecodeOnePass(bundle, id, dst, block);
+  });
+}
+
+void RocksDbTier::GetManyForRestore(TierPoolId pool, std::span<const ContentId> ids,
+                                    const KvPoolView& dst, std::span<const std::int64_t> blocks,
+                                    std::span<Status> out) {
+  KVMESH_CHECK(ids.size() == blocks.size() && ids.size() == out.size())
+      << ids.size() << " ids, " << blocks.size() << " blocks, " << out.size() << " statuses";
+  Result<PoolFamilies*> found = FindPool(pool, kTierDefaultPriority);
+  if (!found.ok()) {
+    for (Status& st : out) st = found.status();
+    return;
+  }
+  const PoolFamilies& p = **found;
+  // The index half of every read first (one lock each), then one MultiGet of those held.
+  std::vector<std::size_t> which;
+  std::vector<std::uint64_t> generations;
+  std::vector<rocksdb::Slice> keys;
+  which.reserve(ids.size());
+  generations.reserve(ids.size());
+  keys.reserve(ids.size());
+  const auto t0 = SteadyClock::now();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    out[i] = p.codec.CheckView(dst, blocks[i]);
+    if (!out[i].ok()) continue;
+    Result<std::uint64_t> g = TouchForRead(Key{pool, ids[i]});
+    if (!g.ok()) {
+      out[i] = g.status();
+      continue;
+    }
+    which.push_back(i);
+    generations.push_back(*g);
+    keys.push_back(KeySlice(ids[i]));
+  }
+  counters_.index_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
+  if (which.empty()) return;
+  const auto t1 = SteadyClock::now();
+  std::vector<rocksdb::PinnableSlice> values(which.size());
+  std::vector<rocksdb::Status> statuses(which.size());
+  db_->MultiGet(ReadOptionsNow(), p.data, which.size(), keys.data(), values.data(),
+                statuses.data());
+  counters_.read_ns.fetch_add(NanosSince(t1), std::memory_order_relaxed);
+  for (std::size_t j = 0; j < which.size(); ++j) {
+    const std::size_t i = which[j];
+    out[i] = FinishRead(p, ids[i], generations[j], statuses[j], values[j],
+                        [&](std::span<const std::byte> bundle) {
+                          return p.codec.DecodeOnePass(bundle, ids[i], dst, blocks[i]);
+                        });
+  }
 }
 
 Result<std::string> RocksDbTier::GetBundle(TierPoolId pool, const ContentId& id) {
@@ -304,9 +476,9 @@ Status RocksDbTier::Erase(TierPoolId pool, const ContentId& id) {
   rocksdb::WriteBatch batch;
   batch.Delete(p->data, KeySlice(id)).PermitUncheckedError();
   batch.Delete(p->meta, KeySlice(id)).PermitUncheckedError();
-  rocksdb::WriteOptions wo;
-  wo.disableWAL = options_.disable_wal;
-  if (rocksdb::Status s = db_->Write(wo, &batch); !s.ok()) return Disable("erase", s);
+  if (rocksdb::Status s = db_->Write(WriteOptionsFor(options_), &batch); !s.ok()) {
+    return Disable("erase", s);
+  }
   return Status::Ok();
 }
 
@@ -314,9 +486,13 @@ TierStats RocksDbTier::stats() const {
   TierStats s = counters_.Snapshot();  // entries and used bytes: from the index, below
   s.capacity_bytes = options_.capacity_bytes;
   s.disabled = disabled();
+  s.disk_bytes = disk_bytes_.load(std::memory_order_relaxed);
+  s.damage = damage_;
   MutexLock lock(&mu_);
   s.entries = static_cast<std::int64_t>(order_.size());
+  s.durable_entries = s.entries - not_durable_entries_;
   s.used_bytes = ready_bytes_;
+  s.disabled_reason = disabled_reason_;
   return s;
 }
 

@@ -1,49 +1,78 @@
 // RocksDbTier: the tertiary tier — complete blocks (bundles, store/block_bundle.h) in RocksDB on
-// local SSD, found again after a restart.
+// local SSD, found again after a restart. What an operator sees and can rely on is written in
+// docs/disk-tier.md; this is the contract in short.
 //
-// Layout on disk: one RocksDB database at `path`; per pool two column families named from the pool
-// id and its geometry fingerprint, so that a restart with another geometry or pool scale never
-// reads old blocks as new ones:
+// Folder (store/rocksdb_tier_folder.h): `path` holds one RocksDB database and three files of ours:
+// an ownership marker (KVMESH-TIER: format 2, namespace), a lock (KVMESH-LOCK) and the last
+// flushed sequence number (KVMESH-STATE). A folder that is not provably a kvmesh tier — another
+// application's database, unrelated files, a marker of a newer format or another namespace — is
+// refused with kFailedPrecondition / kNotSupported and nothing in it is written, dropped or moved.
+// A second process (or a second tier in this one) on the same folder gets kFailedPrecondition.
+//
+// Layout: per pool two column families named from the pool id and its geometry fingerprint, so
+// that a restart with another geometry or pool scale never reads old blocks as new ones:
 //   "pool.<id>.<fingerprint hex>"       key: content id (16 bytes)  value: the bundle
 //   "pool.<id>.<fingerprint hex>.meta"  key: content id (16 bytes)  value: 16 bytes — last-use
 //                                       sequence (u64 LE), priority (u8), format 1 (u8), 6 zeros
-// Column families of other geometries are dropped at open (drop_stale_pools) or left alone.
-// A put writes the bundle, its meta record and the deletes of its eviction victims in one
-// WriteBatch; flushes are atomic across column families (atomic_flush), so the two families agree
-// after any crash.
+// Families of our own naming but another geometry (stale pools) are dropped at open when
+// drop_stale_pools (default), logged at warn with their names, entries and bytes; families of any
+// other name are never dropped. A put writes the bundle, its meta record and the deletes of its
+// eviction victims in one WriteBatch; flushes are atomic across column families (atomic_flush),
+// so the two families of a pool agree after any crash.
 //
-// Options for large values and a cache workload: WAL off by default, no compression, large write
-// buffers, a bloom filter (keys are random content ids, so every L0 file spans the key range and a
-// get would otherwise read a whole bundle from each), an optional blob store (enable_blob_files)
-// and direct I/O (use_direct_io). Durability: with the WAL off (default), a put is in the memtable
-// when it returns; after a crash (process or machine) the puts since the last flush may be absent —
-// never corrupt or half written (blocks are recomputable; the WAL would cost a second write of
-// every byte). Flush() and a clean close persist everything. With disable_wal = false, puts survive
-// a process crash; add sync_writes for machine crashes.
+// Durability — what an OK from Put/PutBundle promises (`durability`):
+//   kNone   the block is in the memtable: readable by this process; a crash (process or machine)
+//           keeps it only if a flush (RocksDB's own, when a memtable fills; Flush(); a clean close)
+//           completed after the put. No bound on the loss.
+//   kFlush  (default) as kNone, plus the tier flushes once flush_after_bytes of bundles are
+//           unflushed or flush_after_ms after the first unflushed put, whichever comes first. A
+//           crash loses at most the puts of the last flush_after_ms (1 s by default) plus one
+//           flush's duration; every put acknowledged before the start of the last completed flush
+//           survives, also a power loss (flushes sync their files).
+//   kWal    the put is in the write-ahead log before it returns: it survives a process crash;
+//           with wal_sync it is fsynced too and survives a power loss (each put then waits for
+//           the disk).
+// A flush never half-writes a block: after any crash a block is intact or absent, never corrupt.
+// durable_puts() / stats().durable_entries say what the promise covers at any moment.
 //
-// Capacity: the sum of the bundle bytes held (logical bytes; RocksDB's own overhead and space not
-// yet compacted away are not counted). A put that would exceed it evicts first: all blocks of the
-// lowest priority before any of the next one, within a priority the least recently used (lowest
-// last-use sequence). Sequences are written with each put and, for gets, kept in memory and written
-// by Flush() and at close; so after a crash the order is that of the last flush — reasonable for a
-// cache. At open the index (id → priority, sequence) is rebuilt from the meta families, which are
-// small; bundles are not read.
+// Capacity: capacity_bytes is bytes on disk — RocksDB's SST and blob files as its SstFileManager
+// counts them, plus unflushed memtables — not the bundles' logical size. An upkeep thread samples
+// the on-disk size (every 50 ms), learns the space amplification (on-disk / logical, its recent
+// peak) and sets the logical budget to 90% of capacity over it; eviction (all blocks of the lowest
+// priority before any of the next one, within a priority the least recently used) keeps the
+// bundles within that budget. A put that finds the on-disk size at capacity (compaction behind)
+// is refused (kResourceExhausted, counted: over_capacity) rather than written. At open the
+// capacity is compared with the file system's free space, with a warning when it cannot fit.
 //
-// Errors: a stored entry that fails verification (bundle check, or RocksDB reporting corruption) is
-// deleted, counted (corrupt) and returned as kCorruption — a miss. Any other RocksDB error (I/O,
-// no space, ...) disables the tier: it is logged once at error level, counted (io_errors,
-// stats().disabled), and every later call returns kIoError (Contains false) — the tier does not
-// guess. Reopening is the way back.
+// Damage at open: a MANIFEST that lost edits (the database's sequence number below the one a
+// completed flush recorded in KVMESH-STATE), a lost CURRENT, an SST or blob file that is missing,
+// truncated or fails its checksums (footer, meta blocks: RocksDB's paranoid checks when every
+// table is opened) — the database is first opened read-only, so that nothing is deleted before
+// it is checked. on_damage kMoveAside (default) renames the folder to "<path>.damaged-<UTC time>"
+// (kept for inspection, logged at error level, stats().damage) and starts an empty tier;
+// kStayOff returns kCorruption naming the damage and the folder. A damaged block found later (a
+// get) is deleted and reported as kCorruption — a miss.
+//
+// Errors at run time: a stored entry that fails verification (bundle check, or RocksDB reporting
+// corruption) is deleted, counted (corrupt) and returned as kCorruption — a miss. Any other
+// RocksDB error (I/O, no space, ...) disables the tier: logged once at error level, counted
+// (io_errors), stats().disabled and disabled_reason set, and every later call returns kIoError
+// (Contains false) — the tier does not guess. Reopening is the way back. Opening on a full file
+// system returns kIoError (RocksDB's info log goes to spdlog: rocksdb_logger.h; nothing aborts).
+// Open errors are returned, not logged: the caller reports them once.
 //
 // Thread safety: thread-safe. An index (mutex) orders puts, gets and evictions; RocksDB calls run
-// without the lock.
+// without the lock. The upkeep thread flushes and measures without the lock.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -55,11 +84,20 @@
 namespace rocksdb {
 class ColumnFamilyHandle;
 class DB;
+class PinnableSlice;
+struct ReadOptions;
+struct DBOptions;
 class Env;
+class SstFileManager;
 class Status;
 }  // namespace rocksdb
 
 namespace kvmesh {
+
+namespace rocksdb_tier {
+class TierFolder;
+class FlushListener;
+}  // namespace rocksdb_tier
 
 struct RocksDbTierPool {
   TierPoolId id;
@@ -67,30 +105,68 @@ struct RocksDbTierPool {
   float pool_scale = 1.0f;  // fp8_per_tensor scale or nvfp4 global scale
 };
 
+enum class DiskDurability : std::uint8_t { kNone = 0, kFlush = 1, kWal = 2 };
+enum class DiskDamagePolicy : std::uint8_t { kMoveAside = 0, kStayOff = 1 };
+// "none", "flush", "wal"; "move_aside", "stay_off" (the names a config file uses).
+std::string_view DiskDurabilityName(DiskDurability d);
+Result<DiskDurability> ParseDiskDurability(std::string_view name);
+std::string_view DiskDamagePolicyName(DiskDamagePolicy p);
+Result<DiskDamagePolicy> ParseDiskDamagePolicy(std::string_view name);
+
+// Every setting of the tier, with its default. kvnode's YAML `disk:` section maps onto these
+// fields one to one (docs/disk-tier.md).
 struct RocksDbTierOptions {
-  std::string path;                 // database directory (created when missing)
-  std::int64_t capacity_bytes = 0;  // bundle bytes
+  std::string path;                        // the tier folder (created when missing)
+  std::string namespace_name = "default";  // written in the marker; another one is refused
+  std::int64_t capacity_bytes = 0;         // bytes on disk (see Capacity), > 0
   std::vector<RocksDbTierPool> pools;
-  bool disable_wal = true;
-  bool sync_writes = false;  // fsync the WAL on every put (only with the WAL on)
-  bool enable_blob_files = false;
-  std::int64_t min_blob_bytes = 4096;
+
+  DiskDurability durability = DiskDurability::kFlush;
+  std::int64_t flush_after_bytes = 16ll << 20;  // kFlush: unflushed bundle bytes before a flush
+  std::int64_t flush_after_ms = 1000;           // kFlush: age of the oldest unflushed put, ms
+  bool wal_sync = false;                        // kWal: fsync the WAL on every put
+  DiskDamagePolicy on_damage = DiskDamagePolicy::kMoveAside;
+  bool drop_stale_pools = true;  // drop our own families of another geometry at open
+
+  // Tuning. Values are large: no compression; a bloom filter (keys are random content ids, so
+  // every L0 file spans the key range and a get would otherwise read a bundle from each). Bundles
+  // go to blob files by default: compaction then rewrites only keys and blob references, so
+  // it needs almost no room of its own and the on-disk size follows the bundles held (with the
+  // values in the SSTs, a compaction of random keys rewrites the whole last level and needs as
+  // much room again). Blob files whose bundles are mostly evicted are collected (garbage
+  // collection of the oldest quarter, forced at half garbage).
+  bool enable_blob_files = true;  // values in blob files instead of the SSTs
+  std::int64_t min_blob_bytes = 0;
   bool use_direct_io = false;  // direct reads and direct flush/compaction writes
-  std::int64_t write_buffer_bytes = 64ll << 20;
-  int max_write_buffer_number = 4;
+  // Per memtable of the bundle families (>= 256 KiB); at most capacity_bytes / 32 is used (when
+  // the capacity is counted on disk, >= 16 MiB), so that memtables and level-0 files stay a small
+  // part of a small tier.
+  std::int64_t write_buffer_bytes = 16ll << 20;
+  int max_write_buffer_number = 2;             // >= 2
   std::int64_t block_cache_bytes = 8ll << 20;  // 0: no block cache
   bool fill_cache = true;                      // reads insert into the block cache
+  // RocksDB's own block checksums on reads (the bundle's checksum verifies every value anyway).
+  bool verify_block_checksums = true;
   int max_background_jobs = 2;
-  bool drop_stale_pools = true;
+
   rocksdb::Env* env = nullptr;  // null: rocksdb::Env::Default(); tests inject faults here
+  // Tests: a fixed logical budget (bundle bytes) instead of the learned one; 0 = learned. The
+  // on-disk check (over_capacity) applies either way.
+  std::int64_t fixed_budget_bytes = 0;
+  // Tests: called for every block chosen as an eviction victim, under the tier's index lock,
+  // before its delete is written. Must be quick and must not call the tier.
+  std::function<void(TierPoolId, const ContentId&)> on_evict;
 };
 
 class RocksDbTier final : public BlockTier {
  public:
-  // Opens (or creates) the database and rebuilds the index. kInvalidArgument: bad options;
-  // kIoError: RocksDB could not open the database.
+  // Claims the folder, checks what is in it, opens (or creates) the database and rebuilds the
+  // index. kInvalidArgument: bad options. kFailedPrecondition / kNotSupported: a folder that is
+  // not ours (see above), or in use. kCorruption: damage with on_damage kStayOff. kIoError:
+  // RocksDB could not open the database (e.g. no space left).
   static Result<std::unique_ptr<RocksDbTier>> Open(RocksDbTierOptions options);
-  // Writes pending last-use sequences, flushes (with the WAL off) and closes. Errors are logged.
+  // Stops the upkeep thread, writes pending last-use sequences, flushes and closes. Errors are
+  // logged.
   ~RocksDbTier() override;
   RocksDbTier(const RocksDbTier&) = delete;
   RocksDbTier& operator=(const RocksDbTier&) = delete;
@@ -102,6 +178,8 @@ class RocksDbTier final : public BlockTier {
                    int priority) override;
   Status Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
              std::int64_t block) override;
+  Status GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
+                       std::int64_t block) override;
   bool Contains(TierPoolId pool, const ContentId& id) override;
   Status Erase(TierPoolId pool, const ContentId& id) override;
   TierStats stats() const override;
@@ -109,19 +187,42 @@ class RocksDbTier final : public BlockTier {
   // The verified bundle of a block (e.g. to move it into the host tier). Errors as Get.
   Result<std::string> GetBundle(TierPoolId pool, const ContentId& id);
 
-  // Writes pending last-use sequences and flushes every memtable (atomically). kIoError (and the
-  // tier disabled) on failure.
+  // GetForRestore of several blocks of one pool in one RocksDB MultiGet (a restore's consecutive
+  // blocks): out[i] is what GetForRestore(pool, ids[i], dst, blocks[i]) would have returned.
+  // REQUIRES: ids, blocks and out of one size; as GetForRestore for every destination.
+  void GetManyForRestore(TierPoolId pool, std::span<const ContentId> ids, const KvPoolView& dst,
+                         std::span<const std::int64_t> blocks, std::span<Status> out);
+
+  // The ReadOptions of later reads: RocksDB's block checksums, block cache fill (benchmarks
+  // measure each choice; the defaults are the options').
+  void SetReadOptions(bool verify_block_checksums, bool fill_cache);
+
+  // Writes pending last-use sequences and flushes every memtable (atomically); every put
+  // acknowledged before the call is durable when it returns OK. kIoError (and the tier
+  // disabled) on failure.
   Status Flush();
   // Waits until RocksDB has no pending or running compaction (benchmarks).
   Status WaitForCompactions();
 
+  // Puts acknowledged (returned OK and stored a new block) since open, numbered 1, 2, ... in the
+  // order they returned; and the highest number the durability promise covers now (every put
+  // numbered at or below it survives a crash).
+  [[nodiscard]] std::uint64_t acknowledged_puts() const {
+    return acked_.load(std::memory_order_acquire);
+  }
+  [[nodiscard]] std::uint64_t durable_puts() const {
+    return durable_.load(std::memory_order_acquire);
+  }
+
   bool disabled() const { return disabled_.load(std::memory_order_acquire); }
   const BundleCodec* Codec(TierPoolId pool) const;
+  [[nodiscard]] const RocksDbTierOptions& options() const { return options_; }
 
   static std::string DataColumnFamilyName(TierPoolId pool, const GeometryFingerprint& fp);
   static std::string MetaColumnFamilyName(TierPoolId pool, const GeometryFingerprint& fp);
 
  private:
+  friend class rocksdb_tier::FlushListener;
   struct PoolFamilies;
   struct Key {
     TierPoolId pool;
@@ -136,9 +237,11 @@ class RocksDbTier final : public BlockTier {
   enum class EntryState : std::uint8_t { kWriting, kReady };
   struct Entry {
     EntryState state = EntryState::kWriting;
+    bool durable = false;
     int priority = kTierDefaultPriority;
     std::uint64_t seq = 0;         // last use
     std::uint64_t generation = 0;  // which put made this entry
+    std::uint64_t ack = 0;         // its acknowledgement number (0: loaded at open)
     std::int64_t bytes = 0;
   };
   // Eviction order: lowest priority, then lowest sequence, first.
@@ -160,19 +263,36 @@ class RocksDbTier final : public BlockTier {
   };
 
   explicit RocksDbTier(RocksDbTierOptions options);
+  // Open's steps (rocksdb_tier_open.cc).
+  Status OpenFolder();
+  rocksdb::DBOptions MakeDbOptions();
+  Status CheckExisting();  // read-only: damage, before anything is deleted
   Status OpenDatabase();
+  Status DropStaleFamily(rocksdb::ColumnFamilyHandle* handle);
   Status LoadIndex();
+  void CheckFreeSpace() const;
+
   Result<PoolFamilies*> FindPool(TierPoolId pool, int priority) const;
   Result<Reservation> Reserve(const PoolFamilies& p, const ContentId& id, int priority)
       KVMESH_EXCLUDES(mu_);
   // Writes the reserved put (value given as pieces) and publishes it.
   Status Commit(const PoolFamilies& p, const ContentId& id, int priority, const Reservation& r,
                 std::span<const std::span<const std::byte>> value) KVMESH_EXCLUDES(mu_);
-  // Reads a block and hands it to `use`, which verifies it (BundleCodec::Decode or Verify); a
-  // kCorruption from `use` drops the entry.
+  // Reads a block and hands it to `use`, which verifies it (BundleCodec::Decode, DecodeOnePass or
+  // Verify) — straight from RocksDB's pinned buffer, no staging copy; a kCorruption from `use`
+  // drops the entry.
   Status ReadBlock(const PoolFamilies& p, const ContentId& id,
                    const std::function<Status(std::span<const std::byte>)>& use)
       KVMESH_EXCLUDES(mu_);
+  // The index half of a read: the entry's generation, and its recency updated; or the miss.
+  Result<std::uint64_t> TouchForRead(const Key& key) KVMESH_EXCLUDES(mu_);
+  // The outcome of RocksDB's read of an entry: a miss (erased from the index), a corrupt entry
+  // (dropped), an I/O error (disables), or OK (`use` run on the value, which decides).
+  Status FinishRead(const PoolFamilies& p, const ContentId& id, std::uint64_t generation,
+                    const rocksdb::Status& s, const rocksdb::PinnableSlice& value,
+                    const std::function<Status(std::span<const std::byte>)>& use)
+      KVMESH_EXCLUDES(mu_);
+  [[nodiscard]] rocksdb::ReadOptions ReadOptionsNow() const;
   // Deletes a corrupt entry (index and RocksDB) and returns the kCorruption to report.
   Status DropCorrupt(const PoolFamilies& p, const ContentId& id, std::uint64_t generation,
                      const std::string& why) KVMESH_EXCLUDES(mu_);
@@ -181,17 +301,52 @@ class RocksDbTier final : public BlockTier {
   Status DisabledError() const;
   Status PersistRecency() KVMESH_EXCLUDES(mu_);
   void EraseFromIndex(const Key& key) KVMESH_REQUIRES(mu_);
+  // Removes the first victim in eviction order from the index; returns it.
+  Key EvictOne() KVMESH_REQUIRES(mu_);
+  // Writes the deletes of evicted blocks (one batch).
+  Status WriteDeletes(std::span<const Key> victims, std::string_view op);
+  [[nodiscard]] std::int64_t Budget() const {
+    return budget_bytes_.load(std::memory_order_relaxed);
+  }
+
+  // Upkeep (rocksdb_tier_upkeep.cc): durability flushes, capacity sampling, eviction to budget.
+  void StartUpkeep();
+  void StopUpkeep();
+  void UpkeepLoop();
+  void SampleCapacity();
+  // Over capacity with no compaction running: flush and compact the bundle families, so that
+  // evicted blocks' space comes back even while puts are refused (no flush would trigger one).
+  void NudgeCompaction();
+  [[nodiscard]] std::int64_t EffectiveWriteBuffer() const;
+  [[nodiscard]] std::int64_t LogicalBudget() const;  // from amplification_ (upkeep, open)
+  Status FlushNow() KVMESH_EXCLUDES(flush_mu_, mu_);
+  void MarkDurable(std::uint64_t ack) KVMESH_EXCLUDES(mu_);
+  void OnFlushCompleted(std::uint64_t largest_sequence);
 
   RocksDbTierOptions options_;
+  std::unique_ptr<rocksdb_tier::TierFolder> folder_;
+  std::string damage_;  // what Open found and did (stats().damage)
   std::vector<std::unique_ptr<PoolFamilies>> pools_;
+  std::shared_ptr<rocksdb::SstFileManager> sst_files_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // every open family, destroyed at close
   std::atomic<bool> disabled_{false};
+  std::atomic<bool> verify_block_checksums_{true};
+  std::atomic<bool> fill_cache_{true};
+  std::atomic<std::uint64_t> acked_{0};
+  std::atomic<std::uint64_t> durable_{0};
+  std::atomic<std::int64_t> budget_bytes_{0};            // logical budget eviction keeps within
+  std::atomic<std::int64_t> disk_bytes_{0};              // last sampled on-disk bytes (+ memtables)
+  std::atomic<std::int64_t> committed_since_sample_{0};  // bundle bytes put since that sample
+  std::atomic<bool> over_capacity_{false};               // last sample at or above capacity
+  std::atomic<std::int64_t> unflushed_bytes_{0};  // bundle bytes put since the last flush began
 
   mutable Mutex mu_;
   std::unordered_map<Key, Entry, KeyHash> index_ KVMESH_GUARDED_BY(mu_);
   std::set<OrderKey> order_ KVMESH_GUARDED_BY(mu_);                // ready entries only
   std::unordered_set<Key, KeyHash> dirty_ KVMESH_GUARDED_BY(mu_);  // sequence not yet persisted
+  std::deque<std::pair<std::uint64_t, Key>> not_durable_ KVMESH_GUARDED_BY(mu_);  // (ack, key)
+  std::int64_t not_durable_entries_ KVMESH_GUARDED_BY(mu_) = 0;
   std::int64_t used_bytes_ KVMESH_GUARDED_BY(mu_) = 0;     // entries in the index, any state
   std::int64_t ready_bytes_ KVMESH_GUARDED_BY(mu_) = 0;    // ready entries (stats().used_bytes)
   std::int64_t writing_bytes_ KVMESH_GUARDED_BY(mu_) = 0;  // puts in flight, erased or not
@@ -199,6 +354,19 @@ class RocksDbTier final : public BlockTier {
   std::uint64_t next_generation_ KVMESH_GUARDED_BY(mu_) = 1;
   std::string disabled_reason_ KVMESH_GUARDED_BY(mu_);
   mutable TierCounters counters_;
+
+  // Upkeep thread state.
+  Mutex upkeep_mu_;
+  std::condition_variable upkeep_cv_;
+  bool upkeep_stop_ KVMESH_GUARDED_BY(upkeep_mu_) = false;
+  std::atomic<std::int64_t> first_unflushed_ns_{0};  // steady clock; 0: nothing unflushed
+  double amplification_ = 0;        // learned on-disk / logical bytes (upkeep thread; set at open)
+  std::int64_t last_nudge_ns_ = 0;  // upkeep thread: the last compaction it asked for
+  Mutex flush_mu_;                  // one flush at a time (Flush() and the upkeep thread)
+  // Not flush_mu_: RocksDB calls the flush listener while a Flush() holding flush_mu_ waits.
+  Mutex record_mu_;
+  std::uint64_t recorded_sequence_ KVMESH_GUARDED_BY(record_mu_) = 0;
+  std::thread upkeep_;
 };
 
 }  // namespace kvmesh

@@ -1,8 +1,10 @@
-// Internals shared by the two files of the RocksDB tier (rocksdb_tier.cc: puts, gets, eviction;
-// rocksdb_tier_open.cc: options, open, index rebuild, close). Not a public header.
+// Internals shared by the files of the RocksDB tier (rocksdb_tier.cc: puts, gets, eviction;
+// rocksdb_tier_open.cc: options, open, damage, index rebuild, close; rocksdb_tier_upkeep.cc:
+// flushes, capacity). Not a public header.
 #pragma once
 
 #include <rocksdb/db.h>
+#include <rocksdb/listener.h>
 
 #include <array>
 #include <cstring>
@@ -27,6 +29,24 @@ namespace rocksdb_tier {
 inline constexpr std::size_t kMetaBytes = 16;
 inline constexpr std::uint8_t kMetaFormat = 1;
 
+// Capacity on disk: kvmesh's own puts stop when the on-disk size reaches `write_limit` of the
+// capacity (the rest is room for RocksDB's compactions and blob garbage collection, which write
+// before they delete); they resume below `resume`; the logical budget is `target` of the
+// capacity over the learned space amplification. With the bundles in the SSTs, compactions of
+// random keys rewrite whole levels and need more room.
+struct CapacityFractions {
+  double write_limit, resume, target;
+};
+inline constexpr CapacityFractions kBlobFractions{0.9, 0.85, 0.8};
+inline constexpr CapacityFractions kSstFractions{0.7, 0.65, 0.55};
+inline const CapacityFractions& FractionsFor(const RocksDbTierOptions& o) {
+  return o.enable_blob_files ? kBlobFractions : kSstFractions;
+}
+// Below this capacity RocksDB's fixed costs (memtable arenas, per-file indexes and footers, the
+// MANIFEST) would be most of the bytes on disk: such a tier counts bundle bytes (its capacity is
+// then the logical budget, with no on-disk write limit).
+inline constexpr std::int64_t kMinOnDiskCapacity = 16ll << 20;
+
 inline std::array<char, kMetaBytes> EncodeMeta(std::uint64_t seq, int priority) {
   std::array<char, kMetaBytes> out{};
   std::memcpy(out.data(), &seq, sizeof(seq));
@@ -38,6 +58,19 @@ inline std::array<char, kMetaBytes> EncodeMeta(std::uint64_t seq, int priority) 
 inline rocksdb::Slice KeySlice(const ContentId& id) {
   return {reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size()};
 }
+
+// Tells the tier of every completed flush (RocksDB's background threads): the tier records the
+// largest flushed sequence number in KVMESH-STATE, which open compares with the database's.
+class FlushListener final : public rocksdb::EventListener {
+ public:
+  explicit FlushListener(RocksDbTier* tier) : tier_(tier) {}
+  void OnFlushCompleted(rocksdb::DB* /*db*/, const rocksdb::FlushJobInfo& info) override {
+    tier_->OnFlushCompleted(info.largest_seqno);
+  }
+
+ private:
+  RocksDbTier* tier_;
+};
 
 }  // namespace rocksdb_tier
 }  // namespace kvmesh

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "common/content_id.h"
@@ -41,6 +42,19 @@ inline constexpr int kTierMinPriority = 0;
 inline constexpr int kTierMaxPriority = 100;
 inline constexpr int kTierDefaultPriority = 35;
 
+// Where a tier's time goes, summed over calls and threads (seconds).
+struct TierStageTimes {
+  double index_s = 0;   // index and eviction bookkeeping: locks, maps, eviction lists
+  double read_s = 0;    // RocksDB reads (Get, MultiGet)
+  double decode_s = 0;  // verify + copy into the pool block (one pass)
+  double encode_s = 0;  // bundle encode: the checksum (and, host tier, the copy into the slot)
+  double write_s = 0;   // RocksDB writes
+  friend TierStageTimes operator-(const TierStageTimes& a, const TierStageTimes& b) {
+    return {a.index_s - b.index_s, a.read_s - b.read_s, a.decode_s - b.decode_s,
+            a.encode_s - b.encode_s, a.write_s - b.write_s};
+  }
+};
+
 // Counters of one tier. Monotonic counts since the tier was created or opened, plus the current
 // occupancy.
 struct TierStats {
@@ -61,6 +75,14 @@ struct TierStats {
   std::int64_t used_bytes = 0;      // bundle bytes held now
   std::int64_t capacity_bytes = 0;
   bool disabled = false;  // RocksDB tier after an I/O error
+  // RocksDB tier only (zero or empty for the host tier):
+  std::int64_t durable_entries = 0;  // of `entries`, those a crash keeps by the durability promise
+  std::int64_t disk_bytes = 0;       // bytes of the tier's files on disk (SST and blob files)
+  std::int64_t over_capacity = 0;    // puts refused: on-disk bytes at capacity (compaction behind)
+  std::int64_t flushes = 0;          // completed flushes that made puts durable
+  std::string disabled_reason;       // the error that disabled the tier (empty while enabled)
+  std::string damage;                // damage found at open and what was done about it
+  TierStageTimes stages;
 };
 
 // The counting side of TierStats, for the tiers' implementations: updated with relaxed atomics on
@@ -68,9 +90,11 @@ struct TierStats {
 struct TierCounters {
   std::atomic<std::int64_t> puts{0}, put_bytes{0}, put_present{0}, hits{0}, hit_bytes{0}, misses{0},
       corrupt{0}, evictions{0}, eviction_bytes{0}, spills{0}, spill_failures{0}, erases{0},
-      io_errors{0}, entries{0}, used_bytes{0};
+      io_errors{0}, entries{0}, used_bytes{0}, over_capacity{0}, flushes{0};
+  // Stage times in nanoseconds (TierStageTimes).
+  std::atomic<std::int64_t> index_ns{0}, read_ns{0}, decode_ns{0}, encode_ns{0}, write_ns{0};
 
-  // Every count; capacity_bytes and disabled are the tier's to fill.
+  // Every count; capacity_bytes, disabled and the RocksDB tier's state are the tier's to fill.
   [[nodiscard]] TierStats Snapshot() const {
     const auto ld = [](const std::atomic<std::int64_t>& a) {
       return a.load(std::memory_order_relaxed);
@@ -91,6 +115,13 @@ struct TierCounters {
     s.io_errors = ld(io_errors);
     s.entries = ld(entries);
     s.used_bytes = ld(used_bytes);
+    s.over_capacity = ld(over_capacity);
+    s.flushes = ld(flushes);
+    s.stages.index_s = static_cast<double>(ld(index_ns)) * 1e-9;
+    s.stages.read_s = static_cast<double>(ld(read_ns)) * 1e-9;
+    s.stages.decode_s = static_cast<double>(ld(decode_ns)) * 1e-9;
+    s.stages.encode_s = static_cast<double>(ld(encode_ns)) * 1e-9;
+    s.stages.write_s = static_cast<double>(ld(write_ns)) * 1e-9;
     return s;
   }
 };
@@ -130,6 +161,14 @@ class BlockTier {
   // REQUIRES: no one reads or writes the destination block during the call.
   [[nodiscard]] virtual Status Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
                                    std::int64_t block) = 0;
+
+  // As Get, into a restore destination — a block nobody reads before the caller publishes it —
+  // verified in the same pass as the copy (BundleCodec::DecodeOnePass). On kCorruption (a miss,
+  // the entry erased and counted, as for Get) the destination holds unspecified bytes: the
+  // caller must not publish it. On other errors it is untouched.
+  // REQUIRES: as DecodeOnePass (hidden, reserved destination).
+  [[nodiscard]] virtual Status GetForRestore(TierPoolId pool, const ContentId& id,
+                                             const KvPoolView& dst, std::int64_t block) = 0;
 
   // Whether a complete block is held (a block still being written is not). Not verified.
   virtual bool Contains(TierPoolId pool, const ContentId& id) = 0;

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
@@ -90,6 +91,7 @@ Result<std::unique_ptr<TieredReplay>> TieredReplay::Create(const TieredReplayOpt
     RocksDbTierOptions d;
     d.path = r->disk_dir_;
     d.capacity_bytes = options.disk_blocks * codec.bundle_bytes();
+    d.durability = options.disk_durability;
     e.disk = d;
     r->counts_.disk_path = r->disk_dir_;
     r->counts_.disk_kept = !r->remove_disk_dir_;
@@ -111,7 +113,9 @@ std::int64_t TieredReplay::OnPoolMiss(const ReplayMiss& miss) {
   KVMESH_CHECK(miss.missed.size() == miss.missed_blocks.size())
       << miss.missed.size() << " missed ids, " << miss.missed_blocks.size() << " blocks";
   const KvPoolView& view = storage_.view(0);
+  const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t held = engine_->CountHeld(miss.missed);
+  const auto t1 = std::chrono::steady_clock::now();
   OnboardResult onboard;
   if (held > 0) {
     std::vector<BlockId> blocks;
@@ -121,6 +125,7 @@ std::int64_t TieredReplay::OnPoolMiss(const ReplayMiss& miss) {
     }
     onboard = engine_->Onboard(miss.missed.first(static_cast<std::size_t>(held)), blocks);
   }
+  const auto t2 = std::chrono::steady_clock::now();
   for (std::int64_t i = 0; i < onboard.restored; ++i) {
     const auto k = static_cast<std::size_t>(i);
     ++counts_.verified_blocks;
@@ -129,10 +134,17 @@ std::int64_t TieredReplay::OnPoolMiss(const ReplayMiss& miss) {
     }
     ++(onboard.sources[k] == KvTier::kDisk ? counts_.disk_hit_blocks : counts_.host_hit_blocks);
   }
+  const auto t3 = std::chrono::steady_clock::now();
   for (std::size_t k = static_cast<std::size_t>(onboard.restored); k < miss.missed.size(); ++k) {
     FillSyntheticBlock(view, miss.missed_blocks[k], miss.missed[k]);  // "recomputed"
     ++counts_.recomputed_blocks;
   }
+  const auto t4 = std::chrono::steady_clock::now();
+  const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  counts_.lookup_s += secs(t0, t1);
+  counts_.onboard_s += secs(t1, t2);
+  counts_.check_s += secs(t2, t3);
+  counts_.recompute_s += secs(t3, t4);
   return onboard.restored;
 }
 
@@ -153,18 +165,26 @@ TieredReplayStats TieredReplay::stats() const {
 
 Result<TieredReplayResult> ReplayTraceWithTiers(std::span<const TraceRequest> trace,
                                                 const ReplayConfig& config,
-                                                TieredReplayOptions tiers) {
+                                                TieredReplayOptions tiers,
+                                                SignalFlush* signal_flush) {
   if (!config.capacity_blocks) {
     return Status::InvalidArgument("a replay with tiers needs a pool capacity (capacity_blocks)");
   }
   tiers.capacity_blocks = *config.capacity_blocks;
   tiers.tokens_per_block = config.tokens_per_block;
   KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<TieredReplay> hooks, TieredReplay::Create(tiers));
+  RocksDbTier* disk = hooks->engine().disk();
+  if (signal_flush != nullptr && disk != nullptr) signal_flush->Register(disk);
   ReplayConfig c = config;
   c.tier_hooks = hooks.get();
   TieredReplayResult out;
-  KVMESH_ASSIGN_OR_RETURN(out.replay, ReplayTrace(trace, c));  // the manager is gone after this
-  out.tiers = hooks->Finish();
+  Result<ReplayResult> replay = ReplayTrace(trace, c);  // the manager is gone after this
+  if (replay.ok()) {
+    out.replay = std::move(*replay);
+    out.tiers = hooks->Finish();
+  }
+  if (signal_flush != nullptr && disk != nullptr) signal_flush->Unregister(disk);
+  if (!replay.ok()) return replay.status();
   return out;
 }
 

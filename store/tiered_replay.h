@@ -22,6 +22,9 @@
 //
 // Disk: the RocksDB tier lives in disk_path, or, when that is empty, in a fresh temporary
 // directory that is removed at destruction unless keep_disk. A given disk_path is never removed.
+// Its capacity is disk_blocks bundles of bytes on disk (store/rocksdb_tier.h, Capacity): it holds
+// fewer blocks than that (RocksDB's space amplification), except below 16 MiB, where bundle bytes
+// are counted. The durability mode is disk_durability (default flush).
 //
 // Thread safety: as a ReplayTierHooks — called from the replaying thread (OnPoolMiss) and under
 // the manager's lock (the listener); stats() and Finish() from the replaying thread.
@@ -36,6 +39,7 @@
 #include "pool/pool_storage.h"
 #include "pool/trace_replay.h"
 #include "store/offload_engine.h"
+#include "store/signal_flush.h"
 
 namespace kvmesh {
 
@@ -49,6 +53,7 @@ struct TieredReplayOptions {
   bool keep_disk = false;           // keep the temporary directory
   int copy_threads = 1;
   int offload_min_priority = kTierDefaultPriority;
+  DiskDurability disk_durability = DiskDurability::kFlush;
 };
 
 // kInvalidArgument when block_bytes is not a positive multiple of 2 × tokens_per_block.
@@ -67,6 +72,12 @@ struct TieredReplayStats {
   std::int64_t recomputed_blocks = 0;  // missed blocks written fresh
   std::int64_t verified_blocks = 0;    // restored blocks checked against their content id
   std::int64_t mismatched_blocks = 0;  // of those, with wrong bytes (must be 0)
+  // Where OnPoolMiss's time went (seconds): looking the blocks up in the tiers, restoring them,
+  // checking them against their content ids, writing the missed ones ("recomputing").
+  double lookup_s = 0;
+  double onboard_s = 0;
+  double check_s = 0;
+  double recompute_s = 0;
   OffloadStats offload;
 };
 
@@ -104,9 +115,11 @@ struct TieredReplayResult {
 };
 
 // Replays the trace with a fresh manager (config; capacity_blocks required) and fresh tiers
-// (tiers.capacity_blocks and tokens_per_block are taken from config).
+// (tiers.capacity_blocks and tokens_per_block are taken from config). With `signal_flush`, the
+// RocksDB tier is registered with it while it is open (SIGTERM/SIGINT flush it, then exit).
 Result<TieredReplayResult> ReplayTraceWithTiers(std::span<const TraceRequest> trace,
                                                 const ReplayConfig& config,
-                                                TieredReplayOptions tiers);
+                                                TieredReplayOptions tiers,
+                                                SignalFlush* signal_flush = nullptr);
 
 }  // namespace kvmesh

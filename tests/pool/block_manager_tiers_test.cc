@@ -7,10 +7,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "block_manager_test_util.h"
 #include "pool/block_manager.h"
+#include "pool/pool_storage.h"
 
 namespace kvmesh {
 namespace {
@@ -157,6 +160,153 @@ TEST(BlockManagerMoveOutTest, DestructorWaitsForOutstandingTickets) {
     StoreOneBlock(*m, 3, 300);
   }
   EXPECT_EQ(listener.completed_blocks.load(), 2);
+}
+
+// ---- nothing waits for a copy under the manager's lock (issue 11, finding 7)
+
+// Takes every ticket (evictions and claims) and completes them only when the test opens the gate.
+class GatedMover : public EvictionListener {
+ public:
+  ~GatedMover() override { Open(); }
+  void OnEvict(const EvictedBlock& b) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    plain.push_back(b);
+  }
+  void OnEvictDeferrable(const EvictedBlock& b, MoveOutTicket& ticket) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    deferred.push_back(b);
+    tickets_.push_back(std::move(ticket));
+    taken_.fetch_add(1);
+  }
+  // Completes every ticket taken so far, and every later one at once.
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : tickets_) t.Complete();
+    tickets_.clear();
+  }
+  bool WaitTaken(int n) const {
+    for (int i = 0; i < 400 && taken_.load() < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return taken_.load() >= n;
+  }
+  std::vector<EvictedBlock> plain, deferred;  // guarded by mu_ (read after the calls)
+
+ private:
+  std::mutex mu_;
+  std::vector<MoveOutTicket> tickets_;
+  std::atomic<int> taken_{0};
+};
+
+// Another thread's manager call, made while a move out is pending: it cannot complete while the
+// waiting call holds the manager's lock. Answered() waits up to 2 s for it; the destructor waits
+// for it to end (after the test completed the move, so a test of old code fails, not hangs).
+class OtherCall {
+ public:
+  explicit OtherCall(BlockManager& m)
+      : call_(std::async(std::launch::async, [&m] { return m.GetStats().pools[0].num_blocks; })) {}
+  bool Answered() { return call_.wait_for(std::chrono::seconds(2)) == std::future_status::ready; }
+
+ private:
+  std::future<std::int64_t> call_;
+};
+
+TEST(BlockManagerMoveOutTest, AdmissionWaitsForAMoveWithoutTheLock) {
+  GatedMover listener;
+  BlockManagerEnv env;
+  env.eviction_listener = &listener;
+  BlockManagerConfig c = OnePoolConfig(2);
+  c.max_moving_out_blocks = 0;  // wait for each deferred victim
+  auto m = MakeManager(c, env);
+  const std::int32_t a = StoreOneBlock(*m, 1, 100);
+  StoreOneBlock(*m, 2, 200);
+  auto admit = std::async(std::launch::async, [&] { return m->AddSequence(R(3), Tokens(4, 300)); });
+  ASSERT_TRUE(listener.WaitTaken(1));
+  OtherCall other(*m);
+  const bool answered = other.Answered();
+  EXPECT_EQ(admit.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
+      << "admitted before the move completed";
+  listener.Open();
+  auto r = admit.get();
+  EXPECT_TRUE(answered) << "the manager's lock was held while waiting for the move";
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tables[0].block_ids[0], a);
+  EXPECT_EQ(m->GetStats().pools[0].allocation_waits, 0u);
+  EXPECT_CONSISTENT(*m);
+}
+
+TEST(BlockManagerMoveOutTest, AppendAndRestoreWaitForAMoveWithoutTheLock) {
+  GatedMover listener;
+  BlockManagerEnv env;
+  env.eviction_listener = &listener;
+  BlockManagerConfig c = OnePoolConfig(3);
+  c.max_moving_out_blocks = 0;
+  auto m = MakeManager(c, env);
+  StoreOneBlock(*m, 1, 100);
+  StoreOneBlock(*m, 2, 200);
+  ASSERT_TRUE(m->AddSequence(R(3), Tokens(4, 300)).ok());  // the free block
+  auto append = std::async(std::launch::async, [&] { return m->AppendTokens(R(3), Tokens(1, 9)); });
+  ASSERT_TRUE(listener.WaitTaken(1));
+  OtherCall during_append(*m);
+  EXPECT_TRUE(during_append.Answered()) << "append held the lock while waiting";
+  listener.Open();
+  ASSERT_TRUE(append.get().ok());
+  const auto prompt = Tokens(4, 500);
+  auto plan = m->PlanRestore(prompt, {.reuse_last_token = true});
+  ASSERT_TRUE(plan.ok());
+  auto reserve = std::async(std::launch::async, [&] {
+    return m->ReserveRestore(prompt, {.reuse_last_token = true}, *plan, 1);
+  });
+  ASSERT_TRUE(listener.WaitTaken(2));
+  OtherCall during_restore(*m);
+  EXPECT_TRUE(during_restore.Answered()) << "restore held the lock while waiting";
+  listener.Open();
+  auto res = reserve.get();
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_EQ(res->count(), 1);
+  EXPECT_EQ(m->GetStats().pools[0].allocation_waits, 0u);
+}
+
+// A claimed leaf (copy-free partial reuse) is offered to the listener with a ticket like any
+// victim; the sequence gets it once the copy out completed, and the lock is not held meanwhile.
+TEST(BlockManagerMoveOutTest, ClaimedBlockIsCopiedOutOnTheDeferredPath) {
+  KvPoolGeometry g;
+  g.num_layers = 1;
+  g.num_kv_heads = 1;
+  g.tokens_per_block = 4;
+  g.head_dim = 8;
+  const KvPoolLayout layout = *MakeKvPoolLayout(g);
+  std::vector<PoolMemorySpec> specs{{layout, 8, 1.0f}};
+  PoolStorage storage = std::move(PoolStorage::Allocate(specs)).value();
+  GatedMover listener;
+  BlockManagerEnv env;
+  env.pool_memory = storage.views();
+  env.eviction_listener = &listener;
+  auto m = MakeManager(OnePoolConfig(8), env);
+  auto r1 = m->AddSequence(R(1), Tokens(8));
+  ASSERT_TRUE(r1.ok());
+  ASSERT_TRUE(m->StoreFullBlocks(R(1)).ok());
+  ASSERT_TRUE(m->RemoveSequence(R(1)).ok());
+  auto admit = std::async(std::launch::async, [&] {
+    return m->AddSequence(R(2), Concat(Tokens(6), {999, 998}));
+  });
+  ASSERT_TRUE(listener.WaitTaken(1)) << "the claim was not offered on the deferred path";
+  OtherCall other(*m);
+  const bool answered = other.Answered();
+  EXPECT_EQ(admit.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout)
+      << "the claimed block went to its sequence before its copy out completed";
+  listener.Open();
+  auto r2 = admit.get();
+  EXPECT_TRUE(answered) << "the manager's lock was held during the claimed block's copy out";
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_EQ(r2->partial, PartialReuse::kClaimed);
+  EXPECT_EQ(r2->tables[0].block_ids[1], r1->tables[0].block_ids[1]);
+  ASSERT_EQ(listener.deferred.size(), 1u);
+  EXPECT_EQ(listener.deferred[0].reason, EvictionReason::kClaimed);
+  EXPECT_TRUE(listener.plain.empty());
+  EXPECT_EQ(m->GetStats().pools[0].claimed_blocks, 1u);
+  ASSERT_TRUE(m->RemoveSequence(R(2)).ok());
+  EXPECT_CONSISTENT(*m);
 }
 
 // ---- restore

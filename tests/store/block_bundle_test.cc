@@ -3,7 +3,10 @@
 // byte layout; fingerprints; and every malformation — truncation at every boundary, each length
 // and shape field wrong (with the checksum recomputed, so the structural check must catch it),
 // another fingerprint, every single flipped bit, another content id, another pool scale — each
-// kCorruption with the destination block untouched.
+// kCorruption with the destination block untouched. DecodeOnePass (copy while checksumming, for
+// restore destinations) rejects every one of them too: structural failures before a byte is
+// copied, a flipped payload or checksum byte — in any chunk of any component, the last included —
+// at the end.
 #include "store/block_bundle.h"
 
 #include <gtest/gtest.h>
@@ -222,6 +225,21 @@ class BundleMalformed : public ::testing::TestWithParam<Shape> {
     const Status d = c.Decode(bundle, want, dst_->view(), 0);
     EXPECT_TRUE(d.IsCorruption()) << what << ": " << d;
     ASSERT_EQ(dst_->Snapshot(0), before_) << what << ": destination written";
+    ExpectOnePassRejected(bundle, what, /*structural=*/true, id, codec);
+  }
+  // DecodeOnePass rejects it too; a structural failure (header, table, id, fingerprint, length)
+  // is found before any byte is copied, so the destination is untouched then.
+  void ExpectOnePassRejected(const std::vector<std::byte>& bundle, const std::string& what,
+                             bool structural, const ContentId* id = nullptr,
+                             const BundleCodec* codec = nullptr) {
+    const BundleCodec& c = codec != nullptr ? *codec : *codec_;
+    const ContentId& want = id != nullptr ? *id : id_;
+    const Status d = c.DecodeOnePass(bundle, want, dst_->view(), 0);
+    EXPECT_TRUE(d.IsCorruption()) << what << " (one pass): " << d;
+    if (structural) {
+      ASSERT_EQ(dst_->Snapshot(0), before_) << what << ": destination written (one pass)";
+    }
+    dst_->FillByte(0, 0x5A);  // as before_, for the next case
   }
   // Payload offset and the boundaries of every field and component.
   std::vector<std::size_t> Boundaries() const {
@@ -327,12 +345,57 @@ TEST_P(BundleMalformed, EveryFlippedBit) {
     ASSERT_TRUE(v.IsCorruption()) << "bit " << bit << ": " << v;
     b[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));
   }
-  // Decode checks through the same Verify; a few flips through Decode as well.
-  for (std::size_t bit : {std::size_t{0}, bits / 2, bits - 1}) {
+  // Decode checks through the same Verify; a few flips through Decode as well (a header bit is a
+  // structural failure for DecodeOnePass too; a payload or checksum bit is found at the end).
+  {
+    auto f = good_;
+    f[0] ^= std::byte{1};
+    ExpectRejected(f, "flipped bit 0");
+  }
+  for (std::size_t bit : {bits / 2, bits - 1}) {
     auto f = good_;
     f[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));
-    ExpectRejected(f, "flipped bit " + std::to_string(bit));
+    const Status d = codec_->Decode(f, id_, dst_->view(), 0);
+    EXPECT_TRUE(d.IsCorruption()) << bit << ": " << d;
+    ASSERT_EQ(dst_->Snapshot(0), before_) << bit << ": destination written";
+    ExpectOnePassRejected(f, "flipped bit " + std::to_string(bit), /*structural=*/false);
   }
+}
+
+TEST_P(BundleMalformed, OnePassGoodBundleDecodes) {
+  ASSERT_TRUE(codec_->DecodeOnePass(good_, id_, dst_->view(), 0).ok());
+  EXPECT_EQ(dst_->Snapshot(0), src_->Snapshot(0));
+}
+
+TEST_P(BundleMalformed, OnePassFindsAFlippedByteInEveryComponentAndChunk) {
+  // A byte flipped at each chunk boundary of each component (the copy is done in 16 KiB chunks),
+  // its first and last byte, the padding after it, and the checksum trailer: kCorruption from the
+  // one-pass decode, which copied (some of) the payload; then the good bundle decodes over it.
+  constexpr std::size_t kChunk = 16 * 1024;
+  std::vector<std::size_t> where;
+  const int present = FieldAt<std::uint8_t>(good_, 54);
+  for (int i = 0; i < present; ++i) {
+    const std::size_t e = 64 + 40 * i;
+    const auto off = FieldAt<std::uint64_t>(good_, e + 24);
+    const auto bytes = FieldAt<std::uint64_t>(good_, e + 32);
+    where.push_back(off);
+    for (std::size_t c = kChunk; c < bytes; c += kChunk) {
+      where.push_back(off + c - 1);
+      where.push_back(off + c);
+    }
+    where.push_back(off + bytes - 1);  // the last chunk of the component
+    if (off + bytes < good_.size() - 16) where.push_back(off + bytes);  // padding after it
+  }
+  for (std::size_t x = good_.size() - 16; x < good_.size(); x += 5) where.push_back(x);
+  for (std::size_t x : where) {
+    auto f = good_;
+    f[x] ^= std::byte{0x20};
+    const Status v = codec_->Verify(f, id_);
+    EXPECT_TRUE(v.IsCorruption()) << "byte " << x << ": " << v;
+    ExpectOnePassRejected(f, "flipped byte " + std::to_string(x), /*structural=*/false);
+  }
+  ASSERT_TRUE(codec_->DecodeOnePass(good_, id_, dst_->view(), 0).ok());
+  EXPECT_EQ(dst_->Snapshot(0), src_->Snapshot(0));
 }
 
 TEST_P(BundleMalformed, WrongIdFingerprintOrPoolScale) {
@@ -355,6 +418,8 @@ TEST_P(BundleMalformed, WrongIdFingerprintOrPoolScale) {
   const auto other_before = other_dst.Snapshot(0);
   EXPECT_TRUE(other_codec->Decode(good_, id_, other_dst.view(), 0).IsCorruption());
   EXPECT_EQ(other_dst.Snapshot(0), other_before);
+  EXPECT_TRUE(other_codec->DecodeOnePass(good_, id_, other_dst.view(), 0).IsCorruption());
+  EXPECT_EQ(other_dst.Snapshot(0), other_before) << "one pass";
 
   if (HasPoolScale(layout_.dtype)) {
     // The destination pool has another global scale: the bundle is not restored into it.
@@ -367,6 +432,8 @@ TEST_P(BundleMalformed, WrongIdFingerprintOrPoolScale) {
     EXPECT_TRUE(st.IsCorruption()) << st;
     EXPECT_NE(st.message().find("pool scale"), std::string::npos) << st;
     EXPECT_EQ(scaled_dst.Snapshot(0), scaled_before);
+    EXPECT_TRUE(scaled->DecodeOnePass(good_, id_, scaled_dst.view(), 0).IsCorruption());
+    EXPECT_EQ(scaled_dst.Snapshot(0), scaled_before) << "one pass";
     // Even with the pool scale field rewritten and the checksum recomputed, the fingerprint (which
     // includes the scale) still differs.
     auto rewritten = good_;

@@ -1,7 +1,8 @@
-// The pool geometry and tier options shared by the crash test and its child process.
+// The pool geometry, tier options and modes shared by the crash tests and their child process.
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "store/rocksdb_tier.h"
 #include "tests/store/store_test_util.h"
@@ -9,6 +10,8 @@
 namespace kvmesh::store_test {
 
 inline constexpr TierPoolId kCrashPool{3};
+// Small enough that every cycle evicts (and deletes) hundreds of blocks.
+inline constexpr std::int64_t kCrashCapacityBlocks = 768;
 
 // 1 layer, K and V, 2 heads, 16 tokens, head_dim 64, bf16: 8 KiB blocks.
 inline Shape CrashShape() {
@@ -23,13 +26,33 @@ inline Shape CrashShape() {
   return s;
 }
 
-// Small write buffers, so that flushes and compactions run all the time and kills land in them.
-inline RocksDbTierOptions CrashTierOptions(const std::string& path, bool wal) {
+// The durability settings a crash cycle runs with: "none", "flush", "wal", "walsync".
+struct CrashMode {
+  std::string name;
+  DiskDurability durability = DiskDurability::kFlush;
+  bool wal_sync = false;
+};
+
+inline CrashMode ParseCrashMode(std::string_view name) {
+  if (name == "none") return {"none", DiskDurability::kNone, false};
+  if (name == "wal") return {"wal", DiskDurability::kWal, false};
+  if (name == "walsync") return {"walsync", DiskDurability::kWal, true};
+  return {"flush", DiskDurability::kFlush, false};
+}
+
+// Small write buffers and frequent flushes, so that flushes and compactions run all the time and
+// kills land in them; a capacity of kCrashCapacityBlocks bundles, so eviction deletes are always
+// being written.
+inline RocksDbTierOptions CrashTierOptions(const std::string& path, const CrashMode& mode) {
   RocksDbTierOptions o;
   o.path = path;
-  o.capacity_bytes = 1ll << 34;  // never evicts: absence can only come from the crash
   o.pools = {{kCrashPool, LayoutOf(CrashShape().geometry), 1.0f}};
-  o.disable_wal = !wal;
+  auto codec = BundleCodec::Create(o.pools[0].layout, 1.0f);
+  o.capacity_bytes = kCrashCapacityBlocks * codec->bundle_bytes();
+  o.durability = mode.durability;
+  o.wal_sync = mode.wal_sync;
+  o.flush_after_ms = 30;
+  o.flush_after_bytes = 1 << 20;
   o.write_buffer_bytes = 1 << 20;
   o.max_write_buffer_number = 2;
   return o;

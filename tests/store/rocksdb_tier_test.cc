@@ -12,6 +12,7 @@
 #include <map>
 
 #include "tests/store/fault_injection_fs.h"
+#include "tests/store/rocksdb_test_util.h"
 #include "tests/store/store_test_util.h"
 
 namespace kvmesh {
@@ -32,59 +33,14 @@ const Shape& Small() {
 
 RocksDbTierOptions OptionsFor(const std::string& path, const std::vector<Shape>& shapes,
                               std::int64_t capacity = 1ll << 30) {
-  RocksDbTierOptions o;
-  o.path = path;
-  o.capacity_bytes = capacity;
-  o.write_buffer_bytes = 1 << 20;
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    o.pools.push_back({TierPoolId{static_cast<std::int32_t>(i)}, LayoutOf(shapes[i].geometry),
-                       shapes[i].pool_scale});
-  }
-  return o;
+  return store_test::TierOptionsFor(path, shapes, capacity);
 }
 
 std::unique_ptr<RocksDbTier> OpenTier(const RocksDbTierOptions& o) {
-  auto tier = RocksDbTier::Open(o);
-  KVMESH_CHECK(tier.ok()) << tier.status().ToString();
-  return std::move(*tier);
+  return store_test::OpenTierOrDie(o);
 }
 
-// Opens the database without the tier (to play the part of a disk that went bad).
-struct RawDb {
-  explicit RawDb(const std::string& path) {
-    std::vector<std::string> names;
-    KVMESH_CHECK(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &names).ok());
-    std::vector<rocksdb::ColumnFamilyDescriptor> descs;
-    for (const auto& n : names) descs.emplace_back(n, rocksdb::ColumnFamilyOptions());
-    rocksdb::DB* raw = nullptr;
-    const auto s = rocksdb::DB::Open(rocksdb::DBOptions(), path, descs, &handles, &raw);
-    KVMESH_CHECK(s.ok()) << s.ToString();
-    db.reset(raw);
-    for (std::size_t i = 0; i < names.size(); ++i) by_name[names[i]] = handles[i];
-  }
-  ~RawDb() {
-    for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
-    db->Close().PermitUncheckedError();
-  }
-  void Put(const std::string& cf, const ContentId& id, const std::string& value) {
-    const rocksdb::Slice key(reinterpret_cast<const char*>(id.bytes.data()), 16);
-    KVMESH_CHECK(db->Put(rocksdb::WriteOptions(), by_name.at(cf), key, value).ok());
-  }
-  bool Has(const std::string& cf, const ContentId& id) {
-    const rocksdb::Slice key(reinterpret_cast<const char*>(id.bytes.data()), 16);
-    std::string v;
-    return db->Get(rocksdb::ReadOptions(), by_name.at(cf), key, &v).ok();
-  }
-  std::string Get(const std::string& cf, const ContentId& id) {
-    const rocksdb::Slice key(reinterpret_cast<const char*>(id.bytes.data()), 16);
-    std::string v;
-    KVMESH_CHECK(db->Get(rocksdb::ReadOptions(), by_name.at(cf), key, &v).ok());
-    return v;
-  }
-  std::unique_ptr<rocksdb::DB> db;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  std::map<std::string, rocksdb::ColumnFamilyHandle*> by_name;
-};
+using store_test::RawDb;
 
 TEST(RocksDbTier, RoundTripEveryPool) {
   TempDir dir;
@@ -182,7 +138,8 @@ TEST(RocksDbTier, CapacityAndEvictionOrderAlsoAfterRestart) {
   const KvPoolLayout layout = LayoutOf(Small().geometry);
   auto codec = BundleCodec::Create(layout, 1.0f);
   ASSERT_TRUE(codec.ok());
-  const auto o = OptionsFor(dir.path() + "/db", {Small()}, 4 * codec->bundle_bytes());
+  auto o = OptionsFor(dir.path() + "/db", {Small()});
+  o.fixed_budget_bytes = 4 * codec->bundle_bytes();
   TestPool src(layout, 1, 1.0f), dst(layout, 1, 1.0f);
   src.Fill(0, 1);
   {
@@ -211,7 +168,8 @@ TEST(RocksDbTier, CapacityAndEvictionOrderAlsoAfterRestart) {
   EXPECT_FALSE(tier->Contains(kPool, IdFor(4)));
   for (int i : {0, 3, 5, 6}) EXPECT_TRUE(tier->Contains(kPool, IdFor(i))) << i;
 
-  auto tiny = OptionsFor(dir.path() + "/tiny", {Small()}, codec->bundle_bytes() - 1);
+  auto tiny = OptionsFor(dir.path() + "/tiny", {Small()});
+  tiny.fixed_budget_bytes = codec->bundle_bytes() - 1;
   auto small_tier = OpenTier(tiny);
   EXPECT_TRUE(small_tier->Put(kPool, IdFor(1), src.view(), 0, 35).IsResourceExhausted());
 }
@@ -268,6 +226,81 @@ TEST(RocksDbTier, CorruptValuesAreDeletedCountedAndNeverServed) {
     EXPECT_EQ(raw.Has(data_cf, IdFor(i)), i == 4) << i;
     EXPECT_EQ(raw.Has(meta_cf, IdFor(i)), i == 4) << i;
   }
+}
+
+// The offset of the last payload byte of a bundle (the end of its last component, from the table).
+std::size_t LastPayloadByte(const std::string& bundle) {
+  const auto field = [&](std::size_t off) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, bundle.data() + off, sizeof(v));
+    return v;
+  };
+  const auto present = static_cast<std::uint8_t>(bundle[54]);
+  std::uint64_t end = 0;
+  for (int i = 0; i < present; ++i) {
+    const std::size_t e = 64 + 40 * static_cast<std::size_t>(i);
+    end = std::max(end, field(e + 24) + field(e + 32));
+  }
+  return static_cast<std::size_t>(end - 1);
+}
+
+TEST(RocksDbTier, RestoreReadsVerifyInOnePassAndBatched) {
+  TempDir dir;
+  const std::string path = dir.path() + "/db";
+  const Shape s = store_test::TierShapes()[3];
+  const KvPoolLayout layout = LayoutOf(s.geometry);
+  const auto o = OptionsFor(path, {s});
+  TestPool src(layout, 8, s.pool_scale), dst(layout, 8, s.pool_scale);
+  for (int i = 0; i < 8; ++i) src.Fill(i, 60 + i);
+  {
+    auto tier = OpenTier(o);
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(tier->Put(kPool, IdFor(i), src.view(), i, 35).ok());
+    ASSERT_TRUE(tier->Erase(kPool, IdFor(6)).ok());
+  }
+  const std::string data_cf =
+      RocksDbTier::DataColumnFamilyName(kPool, FingerprintOf(layout, s.pool_scale));
+  {
+    RawDb raw(path);
+    for (int i : {1, 7}) {  // a flipped byte in the last chunk of the bundle
+      std::string v = raw.Get(data_cf, IdFor(i));
+      v[LastPayloadByte(v)] ^= 0x01;
+      raw.Put(data_cf, IdFor(i), v);
+    }
+    std::string v3 = raw.Get(data_cf, IdFor(3));
+    v3[20] ^= 0x01;  // the header: found before any byte is copied
+    raw.Put(data_cf, IdFor(3), v3);
+    std::string v5 = raw.Get(data_cf, IdFor(5));
+    raw.Put(data_cf, IdFor(5), v5.substr(0, v5.size() - 1));  // one byte short
+  }
+  auto tier = OpenTier(o);
+  EXPECT_TRUE(tier->GetForRestore(kPool, IdFor(1), dst.view(), 1).IsCorruption());
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(1)));
+  for (int i = 0; i < 8; ++i) dst.FillByte(i, 0xA5);
+  const auto untouched = dst.Snapshot(3);
+  std::vector<ContentId> ids;
+  std::vector<std::int64_t> blocks;
+  for (int i = 0; i < 8; ++i) {
+    ids.push_back(IdFor(i));
+    blocks.push_back(i);
+  }
+  std::vector<Status> out(8, Status::Ok());
+  tier->GetManyForRestore(kPool, ids, dst.view(), blocks, out);
+  const StatusCode want[] = {
+      StatusCode::kOk, StatusCode::kNotFound,   StatusCode::kOk,       StatusCode::kCorruption,
+      StatusCode::kOk, StatusCode::kCorruption, StatusCode::kNotFound, StatusCode::kCorruption};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(out[i].code(), want[i]) << i << ": " << out[i];
+    if (want[i] == StatusCode::kOk) {
+      EXPECT_EQ(dst.Snapshot(i), src.Expected(60 + i)) << i;
+    }
+  }
+  EXPECT_EQ(dst.Snapshot(3), untouched) << "written from a bundle with a bad header";
+  for (int i : {1, 3, 5, 7}) EXPECT_FALSE(tier->Contains(kPool, IdFor(i))) << i;
+  const TierStats st = tier->stats();
+  EXPECT_EQ(st.corrupt, 4);
+  EXPECT_EQ(st.hits, 3);
+  EXPECT_EQ(st.entries, 3);
+  EXPECT_FALSE(st.disabled);
 }
 
 TEST(RocksDbTier, ReadErrorDisablesTheTier) {

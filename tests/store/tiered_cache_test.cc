@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/store/rocksdb_test_util.h"
 #include "tests/store/store_test_util.h"
 #include "tests/store/tiered_test_util.h"
 
@@ -238,6 +239,58 @@ TEST(TieredCacheTest, DiskOnlyTierAndWarmRestart) {
   EXPECT_TRUE(rig.ReusedBytesMatch(a, WholeBlocks(), *r));
   EXPECT_EQ(rig.cache().stats().disk_hit_blocks, 2);
   ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{1}).ok());
+}
+
+TEST(TieredCacheTest, CorruptLastChunkOnDiskIsAMissAndTheDestinationIsNotPublished) {
+  // A restore from RocksDB reads a prefix's blocks in one MultiGet and verifies each while copying
+  // it into its hidden destination: a byte flipped in the last chunk of the middle block is found
+  // at the end of its copy, the block is a miss plus a corruption, never published, and the
+  // sequence recomputes from there.
+  TempDir dir;
+  RigOptions o = Small(3, 0);  // no host tier: offload goes to RocksDB
+  o.disk_path = dir.path();
+  o.disk_blocks = 64;
+  const auto a = Doc(3 * kT, 1);
+  std::vector<ContentId> ids;
+  {
+    Rig rig(o);
+    rig.Run(1, a, WholeBlocks());
+    rig.Run(2, Doc(3 * kT, 2), WholeBlocks());  // evicts a's three blocks to disk
+    rig.engine().Drain();
+    ids = rig.Ids(a, WholeBlocks());
+    for (const ContentId& id : ids) ASSERT_TRUE(rig.engine().disk()->Contains(kPool, id));
+  }
+  {
+    store_test::RawDb raw(dir.path());
+    const std::string cf =
+        RocksDbTier::DataColumnFamilyName(kPool, FingerprintOf(o.layout, o.pool_scale));
+    std::string v = raw.Get(cf, ids[1]);
+    ASSERT_GT(v.size(), 17u);
+    v[v.size() - 17] ^= 0x08;  // the last byte before the checksum trailer
+    raw.Put(cf, ids[1], v);
+  }
+  Rig rig(o);
+  auto r = rig.cache().AddSequence(RequestId{3}, a, WholeBlocks());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->reused_blocks, 1);
+  EXPECT_TRUE(rig.ReusedBytesMatch(a, WholeBlocks(), *r));
+  const TieredCacheStats s = rig.cache().stats();
+  EXPECT_EQ(s.disk_hit_blocks, 1);
+  EXPECT_EQ(s.offload.onboard_corrupt, 1);
+  EXPECT_EQ(s.offload.disk.corrupt, 1);
+  EXPECT_FALSE(rig.engine().disk()->Contains(kPool, ids[1]));
+  EXPECT_EQ(rig.manager().GetStats().pools[0].restored_blocks, 1u);
+  EXPECT_TRUE(rig.manager().CheckInvariants().ok());
+  for (std::size_t i = 1; i < ids.size(); ++i) {  // recompute the rest, as Rig::Run does
+    FillSyntheticBlock(rig.view(), r->tables[0].block_ids[i], ids[i]);
+  }
+  ASSERT_TRUE(rig.manager().StoreFullBlocks(RequestId{3}).ok());
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{3}).ok());
+  auto again = rig.cache().AddSequence(RequestId{4}, a, WholeBlocks());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->reused_blocks, 3);
+  EXPECT_TRUE(rig.ReusedBytesMatch(a, WholeBlocks(), *again));
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{4}).ok());
 }
 
 TEST(TieredCacheTest, TwoPoolsOfDifferentLayouts) {

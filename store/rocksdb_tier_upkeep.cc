@@ -1,0 +1,194 @@
+// RocksDbTier upkeep: the durability flushes (kFlush), the record of completed flushes, and the
+// capacity on disk (sampling, the learned amplification, eviction down to the budget). One thread
+// per tier, waking every kSampleInterval or when enough bytes wait for a flush.
+#include <rocksdb/db.h>
+#include <rocksdb/experimental.h>
+#include <rocksdb/sst_file_manager.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/log.h"
+#include "common/strings.h"
+#include "store/rocksdb_tier.h"
+#include "store/rocksdb_tier_folder.h"
+#include "store/rocksdb_tier_internal.h"
+
+namespace kvmesh {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+constexpr auto kSampleInterval = std::chrono::milliseconds(50);
+// The amplification follows a higher sample at once and a lower one slowly (about 4 minutes), so
+// that the room compactions need, seen at their peaks, is remembered between them.
+constexpr double kAmplificationDecay = 0.9998;
+constexpr std::int64_t kNudgeIntervalNs = 1'000'000'000;
+constexpr double kMaxAmplification = 8.0;
+
+std::int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void RocksDbTier::StartUpkeep() {
+  upkeep_ = std::thread([this] { UpkeepLoop(); });
+}
+
+void RocksDbTier::StopUpkeep() {
+  {
+    MutexLock lock(&upkeep_mu_);
+    upkeep_stop_ = true;
+  }
+  upkeep_cv_.notify_all();
+  if (upkeep_.joinable()) upkeep_.join();
+}
+
+void RocksDbTier::UpkeepLoop() {
+  const auto flush_due = [this] {
+    if (options_.durability != DiskDurability::kFlush || disabled()) return false;
+    if (unflushed_bytes_.load(std::memory_order_relaxed) >= options_.flush_after_bytes) {
+      return true;
+    }
+    const std::int64_t first = first_unflushed_ns_.load(std::memory_order_relaxed);
+    return first != 0 && NowNs() - first >= options_.flush_after_ms * 1'000'000;
+  };
+  for (;;) {
+    {
+      MutexLock lock(&upkeep_mu_);
+      std::unique_lock<std::mutex> wait(upkeep_mu_.native(), std::adopt_lock);
+      upkeep_cv_.wait_for(wait, kSampleInterval, [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
+        return upkeep_stop_ || flush_due();
+      });
+      wait.release();  // still held; the MutexLock releases it
+      if (upkeep_stop_) return;
+    }
+    if (disabled()) continue;
+    if (flush_due()) {
+      // A failure disables the tier (logged once there); the loop then only sleeps.
+      FlushNow().IgnoreError();
+    }
+    SampleCapacity();
+  }
+}
+
+Status RocksDbTier::FlushNow() {
+  MutexLock lock(&flush_mu_);
+  KVMESH_RETURN_IF_ERROR(PersistRecency());
+  // Puts that return after this point count toward the next flush; every put acknowledged up to
+  // `acked` is in a memtable this flush persists.
+  unflushed_bytes_.store(0, std::memory_order_relaxed);
+  first_unflushed_ns_.store(0, std::memory_order_relaxed);
+  const std::uint64_t acked = acked_.load(std::memory_order_acquire);
+  rocksdb::FlushOptions fo;
+  fo.wait = true;
+  if (rocksdb::Status s = db_->Flush(fo, handles_); !s.ok()) return Disable("flush", s);
+  counters_.flushes.fetch_add(1, std::memory_order_relaxed);
+  MarkDurable(acked);
+  return Status::Ok();
+}
+
+void RocksDbTier::MarkDurable(std::uint64_t ack) {
+  MutexLock lock(&mu_);
+  if (ack > durable_.load(std::memory_order_relaxed)) {
+    durable_.store(ack, std::memory_order_release);
+  }
+  while (!not_durable_.empty() && not_durable_.front().first <= ack) {
+    const auto [a, key] = not_durable_.front();
+    not_durable_.pop_front();
+    auto it = index_.find(key);
+    if (it == index_.end() || it->second.ack != a || it->second.durable) continue;  // gone
+    it->second.durable = true;
+    --not_durable_entries_;
+  }
+}
+
+void RocksDbTier::OnFlushCompleted(std::uint64_t largest_sequence) {
+  MutexLock lock(&record_mu_);
+  if (largest_sequence <= recorded_sequence_) return;
+  if (Status st = folder_->RecordFlushedSequence(largest_sequence); !st.ok()) {
+    // Not recorded: open then checks against an older record (less, never wrongly, detected).
+    KVMESH_LOG_DEBUG("rocksdb tier flush record failed path {} error {}", options_.path,
+                     st.ToString());
+    return;
+  }
+  recorded_sequence_ = largest_sequence;
+}
+
+void RocksDbTier::SampleCapacity() {
+  std::uint64_t memtables = 0;
+  for (auto* h : handles_) {
+    std::uint64_t v = 0;
+    if (db_->GetIntProperty(h, rocksdb::DB::Properties::kCurSizeAllMemTables, &v)) memtables += v;
+  }
+  committed_since_sample_.store(0, std::memory_order_relaxed);  // in the memtables sampled now
+  const auto on_disk = static_cast<std::int64_t>(sst_files_->GetTotalSize() + memtables);
+  const auto capacity = static_cast<double>(options_.capacity_bytes);
+  disk_bytes_.store(on_disk, std::memory_order_relaxed);
+  if (options_.capacity_bytes < rocksdb_tier::kMinOnDiskCapacity) {
+    // Counted in bundle bytes (see kMinOnDiskCapacity): the budget is the capacity.
+  } else if (static_cast<double>(on_disk) >=
+             rocksdb_tier::FractionsFor(options_).write_limit * capacity) {
+    over_capacity_.store(true, std::memory_order_relaxed);
+  } else if (static_cast<double>(on_disk) <
+             rocksdb_tier::FractionsFor(options_).resume * capacity) {
+    over_capacity_.store(false, std::memory_order_relaxed);
+  }
+  std::vector<Key> victims;
+  {
+    MutexLock lock(&mu_);
+    // A sample says little while the tier holds almost nothing.
+    const std::int64_t min_bytes = std::max<std::int64_t>(options_.capacity_bytes / 100,
+                                                          8 * pools_.front()->codec.bundle_bytes());
+    if (ready_bytes_ >= min_bytes) {
+      const double sample = static_cast<double>(on_disk) / static_cast<double>(ready_bytes_);
+      amplification_ = sample >= amplification_ ? sample
+                                                : kAmplificationDecay * amplification_ +
+                                                      (1 - kAmplificationDecay) * sample;
+      amplification_ = std::clamp(amplification_, 1.0, kMaxAmplification);
+    }
+    const std::int64_t budget = LogicalBudget();
+    budget_bytes_.store(budget, std::memory_order_relaxed);
+    while (used_bytes_ > budget && !order_.empty()) victims.push_back(EvictOne());
+  }
+  WriteDeletes(victims, "evict to budget").IgnoreError();  // a failure disables (logged there)
+  if (options_.capacity_bytes >= rocksdb_tier::kMinOnDiskCapacity &&
+      static_cast<double>(on_disk) >= rocksdb_tier::FractionsFor(options_).resume * capacity) {
+    NudgeCompaction();
+  }
+}
+
+std::int64_t RocksDbTier::LogicalBudget() const {
+  if (options_.fixed_budget_bytes > 0) return options_.fixed_budget_bytes;
+  if (options_.capacity_bytes < rocksdb_tier::kMinOnDiskCapacity) return options_.capacity_bytes;
+  return static_cast<std::int64_t>(static_cast<double>(options_.capacity_bytes) *
+                                   rocksdb_tier::FractionsFor(options_).target / amplification_);
+}
+
+void RocksDbTier::NudgeCompaction() {
+  const std::int64_t now = NowNs();
+  if (now - last_nudge_ns_ < kNudgeIntervalNs) return;
+  std::uint64_t running = 0, pending = 0;
+  db_->GetIntProperty(rocksdb::DB::Properties::kNumRunningCompactions, &running);
+  for (auto* h : handles_) {
+    std::uint64_t v = 0;
+    if (db_->GetIntProperty(h, rocksdb::DB::Properties::kCompactionPending, &v)) pending += v;
+  }
+  if (running > 0 || pending > 0) return;  // RocksDB is at it already
+  last_nudge_ns_ = now;
+  if (!FlushNow().ok()) return;  // disabled; logged there
+  // Marks every file of the bundle families for compaction; RocksDB's background threads do it,
+  // so this thread goes on sampling meanwhile.
+  for (const auto& p : pools_) {
+    if (rocksdb::Status s =
+            rocksdb::experimental::SuggestCompactRange(db_.get(), p->data, nullptr, nullptr);
+        !s.ok()) {
+      Disable("compaction", s).IgnoreError();
+      return;
+    }
+  }
+  KVMESH_LOG_DEBUG("rocksdb tier asked for a compaction at capacity path {}", options_.path);
+}
+
+}  // namespace kvmesh
