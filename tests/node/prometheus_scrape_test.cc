@@ -7,6 +7,8 @@
 // and the whole expression must evaluate to a non-empty vector (/api/v1/query). Prometheus runs
 // in the test's scratch directory on a free port and is stopped by its PID when the test ends, also
 // when it fails (ChildProcess).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,15 +22,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "common/strings.h"
 #include "tests/node/node_process.h"
@@ -139,7 +138,8 @@ std::vector<DashboardQuery> DashboardQueries(const Json& dashboard) {
   static const std::regex label_values(R"(label_values\(\s*(\w+)\s*,\s*(\w+)\s*\))");
   for (const Json& v : dashboard["templating"]["list"]) {
     if (v.value("type", "") != "query") continue;
-    const std::string q = v["query"].is_object() ? v["query"].value("query", "") : v.value("query", "");
+    const std::string q =
+        v["query"].is_object() ? v["query"].value("query", "") : v.value("query", "");
     std::smatch m;
     if (std::regex_search(q, m, label_values)) {
       out.push_back({"variable " + v.value("name", ""), m[1].str(), {m[2].str()}});
@@ -240,7 +240,8 @@ TEST(PrometheusScrapeTest, EveryMetricTheDashboardQueriesExistsInPrometheus) {
   bool scraped = false;
   while (!scraped && Steady::now() < deadline && (*prom)->running()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    const Json r = Api(port, "/api/v1/query", "query", "count_over_time(up{job=\"kvnode\"}[1m]) >= 3");
+    const Json r =
+        Api(port, "/api/v1/query", "query", "count_over_time(up{job=\"kvnode\"}[1m]) >= 3");
     scraped = r.is_object() && !r["result"].empty();
   }
   ASSERT_TRUE(scraped) << "prometheus did not scrape the node: " << (*prom)->Stderr();
