@@ -45,6 +45,7 @@ double LatencyQuantile(std::vector<double> us, double q) {
 Result<ControlLoadResult> RunControlLoad(const ControlLoadOptions& o) {
   if (o.clients < 1) return Status::InvalidArgument("clients must be at least 1");
   if (o.prompt_tokens < 2) return Status::InvalidArgument("prompt_tokens must be at least 2");
+  if (o.rate_per_client < 0) return Status::InvalidArgument("rate_per_client must not be negative");
   ControlLoadResult result;
   const std::vector<Token> hit = LoadPrompt(o.prompt_tokens, 1);
   const std::vector<Token> miss = LoadPrompt(o.prompt_tokens, 2);
@@ -79,7 +80,17 @@ Result<ControlLoadResult> RunControlLoad(const ControlLoadOptions& o) {
       for (const std::string& n : names) r.ops.push_back({n, {}, 0});
       const std::vector<Token> own = LoadPrompt(kAdmitTokens, 1000 + i);
       std::uint64_t request_id = 1;
+      const auto interval = std::chrono::duration_cast<Steady::duration>(
+          std::chrono::duration<double>(o.rate_per_client > 0 ? 1.0 / o.rate_per_client : 0));
+      // Paced clients start spread over one interval, so their requests do not come in bursts.
+      Steady::time_point next = start + interval * static_cast<std::int64_t>(i) /
+                                            static_cast<std::int64_t>(clients.size());
       for (std::size_t k = i; Steady::now() < end; ++k) {
+        if (o.rate_per_client > 0) {
+          std::this_thread::sleep_until(next);
+          next += interval;
+          if (Steady::now() >= end) break;
+        }
         const std::size_t op = k % names.size();
         const Steady::time_point t0 = Steady::now();
         Status st;

@@ -6,6 +6,8 @@
 // run by one warm-up connection), Lookup of a prompt that misses, and Status. With
 // admit_release, each client also admits and releases its own prompt (the engine path; blocks
 // are allocated and freed). Latency is per request, from send to response, in the client.
+// With rate_per_client, each client sends on a schedule instead of back to back: a load of a
+// known rate, under which latency is the node's and not the queue of a saturated run.
 // A request the node refuses (kResourceExhausted over the in-flight limits, a deadline) counts as
 // an error with its code; the run goes on.
 //
@@ -30,6 +32,9 @@ struct ControlLoadOptions {
   std::chrono::milliseconds duration{5000};
   std::int64_t prompt_tokens = 16384;
   bool admit_release = false;
+  // Requests per second of each client (0: back to back, as fast as the node answers). Paced
+  // clients send on a fixed schedule from the start; a client that falls behind sends at once.
+  double rate_per_client = 0;
   // Called about every 100 ms with the elapsed time and the requests done so far.
   std::function<void(std::chrono::milliseconds, std::int64_t)> progress;
 };
