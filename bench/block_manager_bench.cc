@@ -21,15 +21,22 @@
 //                         match, one block allocated) + RemoveSequence (the private block freed).
 //                         The manager's per-request overhead — lock, sequence record, block table,
 //                         statistics — is part of it, as it is of every allocation.
+//   alloc_release_learned the same with the learned eviction policy (the default of kvctl and of
+//                         the coming kvnode config); admission_cold_full_learned likewise, where
+//                         every admission evicts through it.
 //   allocator_pair        BlockAllocator::Allocate + Free alone (for information).
 //   replay/*              kvctl replay of the Mooncake conversation trace (12,031 requests, 512
-//                         tokens per id) at LRU and priority-LRU with 10,000 blocks and unlimited;
-//                         skipped when the trace is absent ($KVMESH_MOONCAKE_TRACE, else the path
-//                         configured into the build).
+//                         tokens per id) at LRU, priority-LRU and learned with 10,000 blocks and
+//                         unlimited; skipped when the trace is absent ($KVMESH_MOONCAKE_TRACE, else
+//                         the path configured into the build). Every policy at every capacity:
+//                         eviction_policy_bench.
 //
 // RATIO lines:
 //   RATIO bm_cached_admission_vs_sha256 <cached / sha256> sha256_16k_tokens goal<=1.5
 //   RATIO bm_alloc_release_per_s <pairs per second / 1e6> 1e6_pairs_per_s goal>=1.0
+//   RATIO bm_alloc_release_learned_per_s <the same, learned policy> 1e6_pairs_per_s goal>=1.0
+//   RATIO bm_cold_full_learned_vs_priority_lru <cold full-pool admission, priority-lru / learned>
+//         admission_cold_full goal>=0.8 (evicting through the learned policy costs at most 25%)
 // and INFO lines for the cold admission ratios, the raw allocator and the replay figures.
 //
 //   block_manager_bench [Google Benchmark flags, e.g. --benchmark_filter=admission]
@@ -73,11 +80,13 @@ const std::vector<Token>& Prompt() {
   return prompt;
 }
 
-std::unique_ptr<BlockManager> MakeManager(std::int64_t num_blocks) {
+std::unique_ptr<BlockManager> MakeManager(
+    std::int64_t num_blocks, EvictionPolicyKind policy = EvictionPolicyKind::kPriorityLru) {
   BlockManagerConfig c;
   c.tokens_per_block = kTokensPerBlock;
   c.pools.push_back({.name = "full", .num_blocks = num_blocks, .window_tokens = 0});
   c.key_namespace.model_id = "bench";
+  c.eviction_policy = policy;
   BlockManagerEnv env;
   env.hash_seed = 7;
   auto m = BlockManager::Create(c, env);
@@ -114,8 +123,8 @@ void AdmissionCold(benchmark::State& state) {
   state.counters["blocks"] = kPromptBlocks;
 }
 
-void AdmissionColdFullPool(benchmark::State& state) {
-  auto m = MakeManager(kPromptBlocks);
+void AdmissionColdFullPool(benchmark::State& state, EvictionPolicyKind policy) {
+  auto m = MakeManager(kPromptBlocks, policy);
   SequenceOptions options;
   std::uint64_t salt = 0;
   for (auto _ : state) {
@@ -134,8 +143,8 @@ void AdmissionCached(benchmark::State& state) {
                static_cast<std::uint64_t>(state.iterations()) * (kPromptBlocks - 1));
 }
 
-void AllocRelease(benchmark::State& state) {
-  auto m = MakeManager(1024);
+void AllocRelease(benchmark::State& state, EvictionPolicyKind policy) {
+  auto m = MakeManager(1024, policy);
   const Token one[1] = {17};
   for (auto _ : state) {
     auto added = m->AddSequence(RequestId{1}, one);
@@ -158,9 +167,17 @@ void AllocatorPair(benchmark::State& state) {
 
 BENCHMARK(Sha256Tokens)->Name("sha256_16k_tokens")->Unit(benchmark::kMicrosecond);
 BENCHMARK(AdmissionCold)->Name("admission_cold")->Unit(benchmark::kMicrosecond);
-BENCHMARK(AdmissionColdFullPool)->Name("admission_cold_full")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(AdmissionColdFullPool, priority_lru, EvictionPolicyKind::kPriorityLru)
+    ->Name("admission_cold_full")
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(AdmissionColdFullPool, learned, EvictionPolicyKind::kLearned)
+    ->Name("admission_cold_full_learned")
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(AdmissionCached)->Name("admission_cached")->Unit(benchmark::kMicrosecond);
-BENCHMARK(AllocRelease)->Name("alloc_release");
+BENCHMARK_CAPTURE(AllocRelease, priority_lru, EvictionPolicyKind::kPriorityLru)
+    ->Name("alloc_release");
+BENCHMARK_CAPTURE(AllocRelease, learned, EvictionPolicyKind::kLearned)
+    ->Name("alloc_release_learned");
 BENCHMARK(AllocatorPair)->Name("allocator_pair");
 
 // ---- replay of the Mooncake trace
@@ -233,6 +250,8 @@ void PrintRatios(const RecordingReporter& r) {
   const auto cold = r.CpuSeconds("admission_cold");
   const auto cold_full = r.CpuSeconds("admission_cold_full");
   const auto pair = r.CpuSeconds("alloc_release");
+  const auto pair_learned = r.CpuSeconds("alloc_release_learned");
+  const auto cold_full_learned = r.CpuSeconds("admission_cold_full_learned");
   const auto raw = r.CpuSeconds("allocator_pair");
   std::printf("\n");
   if (sha && cached) {
@@ -248,6 +267,14 @@ void PrintRatios(const RecordingReporter& r) {
   }
   if (pair) {
     std::printf("RATIO bm_alloc_release_per_s %.2f 1e6_pairs_per_s goal>=1.0\n", 1.0 / *pair / 1e6);
+  }
+  if (pair_learned) {
+    std::printf("RATIO bm_alloc_release_learned_per_s %.2f 1e6_pairs_per_s goal>=1.0\n",
+                1.0 / *pair_learned / 1e6);
+  }
+  if (cold_full && cold_full_learned) {
+    std::printf("RATIO bm_cold_full_learned_vs_priority_lru %.2f admission_cold_full goal>=0.8\n",
+                *cold_full / *cold_full_learned);
   }
   if (raw) std::printf("INFO bm_allocator_pairs_per_s %.3g\n", 1.0 / *raw);
   for (const auto& [name, f] : ReplayFigures()) {
@@ -272,6 +299,7 @@ int main(int argc, char** argv) {
     RegisterReplay(&trace, "replay/mooncake/lru_10000", EvictionPolicyKind::kLru, 10000);
     RegisterReplay(&trace, "replay/mooncake/priority_lru_10000", EvictionPolicyKind::kPriorityLru,
                    10000);
+    RegisterReplay(&trace, "replay/mooncake/learned_10000", EvictionPolicyKind::kLearned, 10000);
     RegisterReplay(&trace, "replay/mooncake/unlimited", EvictionPolicyKind::kLru, std::nullopt);
   } else {
     std::printf("SKIP replay/mooncake: trace not found at '%s' (set KVMESH_MOONCAKE_TRACE)\n",

@@ -108,14 +108,15 @@ int Run(int argc, char** argv) {
   }
   KVMESH_CHECK(iterations > 0 && tokens > 16);
   SetLogLevel("warn").IgnoreError();
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("kvmesh-admit-bench-" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("kvmesh-admit-bench-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   auto config = ParseNodeConfig(
       "node_id: bench\ndata_dir: " + (dir / "data").string() +
           "\ndevice: cpu\nmodel:\n  preset: qwen2.5-0.5b\nkv_cache:\n  tokens_per_block: 16\n"
           "  max_tokens: 40000\n  host_cache_size: 64MiB\ndisk_tier:\n  capacity: 256MiB\n"
-          "control:\n  tcp_listen: ''\n  secret: " + kSecret + "\n",
+          "control:\n  tcp_listen: ''\n  secret: " +
+          kSecret + "\n",
       "bench");
   KVMESH_CHECK(config.ok()) << config.status().ToString();
   auto node = Node::Start(*config);
@@ -153,9 +154,10 @@ int Run(int argc, char** argv) {
               sock.p50, sock.p90, sock.p99);
   std::printf("  socket p50 = %.2f x in-process p50 + %.1f us\n", sock.p50 / in.p50,
               sock.p50 - in.p50);
-  std::printf("RATIO node_admit_16k_socket_p50_minus_50us_vs_in_process %.3f add_sequence_p50 "
-              "goal<=1.5\n",
-              std::max(0.0, sock.p50 - 50.0) / in.p50);
+  std::printf(
+      "RATIO node_admit_16k_socket_p50_minus_50us_vs_in_process %.3f add_sequence_p50 "
+      "goal<=1.5\n",
+      std::max(0.0, sock.p50 - 50.0) / in.p50);
   return 0;
 }
 

@@ -107,7 +107,8 @@ int Run(int argc, char** argv) {
   KVMESH_CHECK(mapping.ok()) << mapping.status().ToString();
   std::memset(mapping->data(), 0, mapping->size());
   const KvPoolView shared = ViewAt(*layout, blocks, static_cast<std::uint8_t*>(mapping->data()));
-  const KvPoolView priv = ViewAt(*layout, blocks, reinterpret_cast<std::uint8_t*>(private_buf->data()));
+  const KvPoolView priv =
+      ViewAt(*layout, blocks, reinterpret_cast<std::uint8_t*>(private_buf->data()));
   // K/V of every layer, generated once (the synthetic engine's function).
   const std::size_t per_layer = static_cast<std::size_t>(tokens) * kHeads * kDim;
   std::vector<float> k(per_layer * kLayers), v(per_layer * kLayers);
@@ -139,8 +140,9 @@ int Run(int argc, char** argv) {
   }
   std::sort(ratios.begin(), ratios.end());
   const double kv_bytes = static_cast<double>(blocks * layout->BytesPerBlock());
-  std::printf("append of %d tokens x %d layers (%s, %.1f MiB of pool written per pass), %d repeats\n",
-              tokens, kLayers, dtype_name.c_str(), kv_bytes / (1 << 20), repeats);
+  std::printf(
+      "append of %d tokens x %d layers (%s, %.1f MiB of pool written per pass), %d repeats\n",
+      tokens, kLayers, dtype_name.c_str(), kv_bytes / (1 << 20), repeats);
   std::printf("  shared memory (memfd, engine mapping)  %8.0f tokens/s  %6.2f GB/s\n",
               tokens / best_shared, kv_bytes / best_shared / 1e9);
   std::printf("  private memory (aligned buffer)        %8.0f tokens/s  %6.2f GB/s\n",

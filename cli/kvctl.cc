@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "cli/layout_command.h"
+#include "cli/live_commands.h"
 #include "cli/replay_command.h"
 #include "cli/status_command.h"
 
@@ -27,6 +28,15 @@ int main(int argc, char** argv) {
     kvmesh::cli::RegisterLayoutCommand(app, outcome);
     kvmesh::cli::RegisterReplayCommand(app, outcome);
     kvmesh::cli::RegisterStatusCommand(app, outcome);
+    kvmesh::cli::RegisterPoolsCommand(app, outcome);
+    kvmesh::cli::RegisterBlocksCommand(app, outcome);
+    kvmesh::cli::RegisterTreeCommand(app, outcome);
+    kvmesh::cli::RegisterInspectCommand(app, outcome);
+    kvmesh::cli::RegisterStatsCommand(app, outcome);
+    kvmesh::cli::RegisterEventsCommand(app, outcome);
+    kvmesh::cli::RegisterEvictCommand(app, outcome);
+    kvmesh::cli::RegisterFlushCommand(app, outcome);
+    kvmesh::cli::RegisterBenchCommand(app, outcome);
 
     try {
       app.parse(argc, argv);

@@ -200,21 +200,17 @@ Status RunSweep(const ReplayOptions& o, std::span<const TraceRequest> trace,
   KVMESH_ASSIGN_OR_RETURN(
       const auto capacities,
       ParseSweep(o.sweep_capacities.empty() ? kDefaultSweepCapacities : o.sweep_capacities));
-  std::vector<EvictionPolicyKind> policies;
-  if (o.policy.empty()) {
-    policies = {EvictionPolicyKind::kLru, EvictionPolicyKind::kPriorityLru};
-  } else {
-    policies = {base.policy};
-  }
+  const std::vector<std::string> policies =
+      o.policy.empty() ? SweepPolicies() : std::vector<std::string>{o.policy};
   std::vector<ReplayRun> runs;
   for (const auto& capacity : capacities) {
-    for (EvictionPolicyKind policy : policies) {
+    for (const std::string& policy : policies) {
       ReplayConfig config = base;
       config.capacity_blocks = capacity;
-      config.policy = policy;
+      KVMESH_RETURN_IF_ERROR(SetReplayPolicy(policy, &config));
       ReplayCapacity c;
       c.blocks = capacity;
-      const std::string label = StrCat(EvictionPolicyName(policy), " @ ", CapacityString(capacity));
+      const std::string label = StrCat(policy, " @ ", CapacityString(capacity));
       KVMESH_ASSIGN_OR_RETURN(ReplayRun run, RunOnce(trace, config, c, progress_stream, label));
       runs.push_back(std::move(run));
     }
@@ -233,9 +229,7 @@ Result<ReplayConfig> MakeConfig(const ReplayOptions& o) {
   ReplayConfig config;
   config.tokens_per_block = o.tokens_per_block;
   if (!o.policy.empty()) {
-    auto policy = ParseEvictionPolicy(o.policy);
-    if (!policy.ok()) return policy.status().WithContext("--policy");
-    config.policy = *policy;
+    KVMESH_RETURN_IF_ERROR(SetReplayPolicy(o.policy, &config).WithContext("--policy"));
   }
   config.priorities.system_prompt_blocks = o.priority_prefix_blocks;
   config.priorities.system_prompt_priority = o.priority_prefix;
@@ -272,6 +266,8 @@ Status RunReplay(const ReplayOptions& options, std::ostream& out, std::ostream& 
   ReplaySource source;
   KVMESH_ASSIGN_OR_RETURN(const std::vector<TraceRequest> trace, LoadTrace(o, &source));
   const bool show_progress = !o.no_progress && (o.progress || err_is_tty);
+  if (o.live.live)
+    return RunLiveReplay(o.live, trace, o.tokens_per_block, show_progress, o.json, out);
   std::ostream* progress_stream = show_progress ? &err : nullptr;
   if (o.sweep) {
     return RunSweep(o, trace, source, config, progress_stream, out);
@@ -309,6 +305,9 @@ void RegisterReplayCommand(CLI::App& app, CommandOutcome& outcome) {
       ->capture_default_str();
   sub->add_option("--turn-blocks", o->turn_blocks, "Synthetic: new blocks per turn, N or MIN-MAX")
       ->capture_default_str();
+  sub->add_option("--one-off-share", o->generator.one_off_share,
+                  "Synthetic: share of conversations with a single turn, in [0, 1]")
+      ->capture_default_str();
   sub->add_flag("--no-partial-tail", o->no_partial_tail,
                 "Synthetic: whole blocks only (default: each prompt ends in a partial block, as in "
                 "the Mooncake traces)");
@@ -326,7 +325,8 @@ void RegisterReplayCommand(CLI::App& app, CommandOutcome& outcome) {
                   "Tokens synthesised per hash id, a power of two > 1")
       ->capture_default_str();
   sub->add_option("--policy", o->policy,
-                  "Eviction policy: lru or priority-lru (default lru; a sweep runs both)");
+                  "Eviction policy: learned, lru, priority-lru or optimal (the offline optimum); "
+                  "default learned; a sweep runs all four");
   sub->add_option("--priority-prefix-blocks", o->priority_prefix_blocks,
                   "priority-lru: first blocks of each request kept at --priority-prefix")
       ->capture_default_str();
@@ -349,6 +349,7 @@ void RegisterReplayCommand(CLI::App& app, CommandOutcome& outcome) {
   sub->add_flag("--no-progress", o->no_progress, "No progress bar");
   sub->add_flag("--json", o->json, "Print the stable JSON format (docs/kvctl.md)");
   AddReplayTierFlags(sub, &o->tiers);
+  AddLiveReplayFlags(sub, &o->live);
   sub->callback([o, sub, &outcome] {
     ReplayOptions options = *o;
     options.sweep = sub->count("--sweep") > 0;

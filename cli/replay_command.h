@@ -3,10 +3,10 @@
 // (pool/trace_replay.h has the model; docs/kvctl.md the flags and the output formats).
 //
 //   kvctl replay (TRACE.jsonl | --synthetic [--seed N --conversations N --turns N
-//                 --system-prompts N --system-prompt-blocks N --turn-blocks N|MIN-MAX
-//                 --concurrency N --no-partial-tail] [--write-trace PATH])
+//                 --one-off-share F --system-prompts N --system-prompt-blocks N
+//                 --turn-blocks N|MIN-MAX --concurrency N --no-partial-tail] [--write-trace PATH])
 //                [--capacity-blocks N | --capacity-bytes B [--model NAME --dtype D]]
-//                [--tokens-per-block N] [--policy lru|priority-lru]
+//                [--tokens-per-block N] [--policy learned|lru|priority-lru|optimal]
 //                [--priority-prefix-blocks N --priority-prefix P --priority-tail P]
 //                [--sweep [CAPACITIES] [--out-dir DIR] [--plot | --no-plot]]
 //                [--limit N] [--progress | --no-progress] [--json]
@@ -25,8 +25,10 @@
 #include <CLI/CLI.hpp>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "cli/command.h"
+#include "cli/replay_live.h"
 #include "cli/replay_tiers.h"
 #include "pool/trace.h"
 
@@ -44,7 +46,7 @@ struct ReplayOptions {
   std::string model;            // with --capacity-bytes; default llama-3-8b
   std::string dtype;            // with --capacity-bytes; default bf16
   int tokens_per_block = kMooncakeBlockTokens;
-  std::string policy;  // empty: lru (a sweep: both policies)
+  std::string policy;  // empty: learned (a sweep: SweepPolicies())
   int priority_prefix_blocks = 1;
   int priority_prefix = 60;
   int priority_tail = 10;
@@ -58,10 +60,14 @@ struct ReplayOptions {
   bool no_progress = false;
   bool json = false;
   ReplayTierFlags tiers;
+  LiveReplayFlags live;  // --live: through the synthetic engine against a node (replay_live.h)
 };
 
 // "1000,2000,5000,10000,20000,unlimited"
 inline constexpr const char* kDefaultSweepCapacities = "1000,2000,5000,10000,20000,unlimited";
+
+// What a sweep without --policy runs: every online policy, then the offline optimum.
+std::vector<std::string> SweepPolicies();
 
 void RegisterReplayCommand(CLI::App& app, CommandOutcome& outcome);
 

@@ -30,6 +30,7 @@ Json SourceJson(const ReplaySource& s) {
                           {"turns", g.turns},
                           {"system_prompts", g.system_prompts},
                           {"system_prompt_blocks", g.system_prompt_blocks},
+                          {"one_off_share", g.one_off_share},
                           {"turn_blocks_min", g.turn_blocks_min},
                           {"turn_blocks_max", g.turn_blocks_max},
                           {"partial_tail", g.partial_tail},
@@ -45,7 +46,7 @@ Json SourceJson(const ReplaySource& s) {
 
 Json PrioritiesJson(const ReplayResult& r) {
   const ReplayPriorities& p = r.priorities;
-  if (r.policy != EvictionPolicyKind::kPriorityLru) return nullptr;
+  if (r.optimal || r.policy != EvictionPolicyKind::kPriorityLru) return nullptr;
   return Json{{"prefix_blocks", p.system_prompt_blocks},
               {"prefix_priority", p.system_prompt_priority},
               {"tail_priority", p.tail_priority},
@@ -55,7 +56,7 @@ Json PrioritiesJson(const ReplayResult& r) {
 // Adds the fields of one run to `j`.
 void AddRunFields(const ReplayRun& run, Json& j) {
   const ReplayResult& r = run.result;
-  j["policy"] = std::string(EvictionPolicyName(r.policy));
+  j["policy"] = std::string(r.policy_name());
   j["capacity_blocks"] = NullOr(r.capacity_blocks);
   j["capacity_bytes"] = NullOr(run.capacity.bytes);
   j["bytes_per_block"] = run.capacity.bytes ? Json(run.capacity.bytes_per_block) : Json(nullptr);
@@ -85,10 +86,12 @@ void PrintSourceText(const ReplaySource& s, std::ostream& out) {
   if (s.synthetic) {
     const SyntheticTraceOptions& g = s.generator;
     out << "trace       synthetic: seed " << g.seed << ", " << g.conversations
-        << " conversations x " << g.turns << " turns, " << g.system_prompts << " system prompts of "
-        << g.system_prompt_blocks << " blocks, " << g.turn_blocks_min << "-" << g.turn_blocks_max
-        << " new blocks per turn" << (g.partial_tail ? " + a partial last block" : "") << ", "
-        << g.concurrency << " open at a time\n";
+        << " conversations x " << g.turns << " turns";
+    if (g.one_off_share > 0) out << " (" << FormatFixed(g.one_off_share, 2) << " of them 1 turn)";
+    out << ", " << g.system_prompts << " system prompts of " << g.system_prompt_blocks
+        << " blocks, " << g.turn_blocks_min << "-" << g.turn_blocks_max << " new blocks per turn"
+        << (g.partial_tail ? " + a partial last block" : "") << ", " << g.concurrency
+        << " open at a time\n";
   } else {
     out << "trace       " << s.path << "\n";
   }
@@ -105,8 +108,8 @@ std::string CapacityString(const std::optional<std::int64_t>& blocks) {
 void PrintReplayText(const ReplaySource& source, const ReplayRun& run, std::ostream& out) {
   const ReplayResult& r = run.result;
   PrintSourceText(source, out);
-  out << "policy      " << EvictionPolicyName(r.policy) << "\n";
-  if (r.policy == EvictionPolicyKind::kPriorityLru) {
+  out << "policy      " << r.policy_name() << (r.optimal ? " (the offline optimum)" : "") << "\n";
+  if (!r.optimal && r.policy == EvictionPolicyKind::kPriorityLru) {
     const ReplayPriorities& p = r.priorities;
     out << "priorities  first " << p.system_prompt_blocks << " block(s) of a request at "
         << p.system_prompt_priority << ", a partial last block at " << p.tail_priority
@@ -156,11 +159,10 @@ void PrintSweepText(const ReplaySource& source, const std::vector<ReplayRun>& ru
       << "REQ/S\n";
   for (const ReplayRun& run : runs) {
     const ReplayResult& r = run.result;
-    out << std::setw(12) << CapacityString(r.capacity_blocks) << std::setw(14)
-        << EvictionPolicyName(r.policy) << std::setw(10) << FormatFixed(r.hit_rate(), 4)
-        << std::setw(10) << r.reused_blocks << std::setw(10) << r.input_blocks << std::setw(11)
-        << r.evicted_blocks << std::setw(10) << r.rejected_requests
-        << FormatFixed(r.requests_per_s(), 0) << "\n";
+    out << std::setw(12) << CapacityString(r.capacity_blocks) << std::setw(14) << r.policy_name()
+        << std::setw(10) << FormatFixed(r.hit_rate(), 4) << std::setw(10) << r.reused_blocks
+        << std::setw(10) << r.input_blocks << std::setw(11) << r.evicted_blocks << std::setw(10)
+        << r.rejected_requests << FormatFixed(r.requests_per_s(), 0) << "\n";
   }
   out << "\ncsv         " << sweep.csv_path << "\n";
   out << "plot        " << (sweep.png_path.empty() ? sweep.plot_note : sweep.png_path) << "\n";

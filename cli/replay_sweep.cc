@@ -14,6 +14,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/replay_command.h"
 #include "cli/replay_report.h"
 #include "common/strings.h"
 
@@ -32,9 +33,9 @@ Status WriteCsv(const std::string& path, const std::vector<ReplayRun>& runs) {
   out << "capacity_blocks,policy,hit_rate,reused_blocks,input_blocks,evictions\n";
   for (const ReplayRun& run : runs) {
     const ReplayResult& r = run.result;
-    out << CapacityString(r.capacity_blocks) << "," << EvictionPolicyName(r.policy) << ","
-        << std::fixed << std::setprecision(6) << r.hit_rate() << "," << r.reused_blocks << ","
-        << r.input_blocks << "," << r.evicted_blocks << "\n";
+    out << CapacityString(r.capacity_blocks) << "," << r.policy_name() << "," << std::fixed
+        << std::setprecision(6) << r.hit_rate() << "," << r.reused_blocks << "," << r.input_blocks
+        << "," << r.evicted_blocks << "\n";
   }
   out.flush();
   if (!out) return Status::IoError(StrCat("error writing ", path));
@@ -56,7 +57,7 @@ std::string GnuplotScript(const std::string& png, const std::vector<ReplayRun>& 
   std::vector<std::string> policies;  // in order of appearance
   std::optional<double> unlimited;
   for (const ReplayRun& run : runs) {
-    const std::string name(EvictionPolicyName(run.result.policy));
+    const std::string name(run.result.policy_name());
     if (std::find(policies.begin(), policies.end(), name) == policies.end()) {
       policies.push_back(name);
     }
@@ -68,7 +69,7 @@ std::string GnuplotScript(const std::string& png, const std::vector<ReplayRun>& 
   for (std::size_t i = 0; i < policies.size(); ++i) {
     s << "$policy" << i << " << EOD\n";
     for (const ReplayRun& run : runs) {
-      if (run.result.capacity_blocks && EvictionPolicyName(run.result.policy) == policies[i]) {
+      if (run.result.capacity_blocks && run.result.policy_name() == policies[i]) {
         s << *run.result.capacity_blocks << " " << run.result.hit_rate() << "\n";
       }
     }
@@ -87,8 +88,9 @@ std::string GnuplotScript(const std::string& png, const std::vector<ReplayRun>& 
     << "plot ";
   for (std::size_t i = 0; i < policies.size(); ++i) {
     if (i > 0) s << ", \\\n     ";
-    s << "$policy" << i << " using 1:2 with linespoints lw 2 pt 7 title "
-      << GnuplotQuote(policies[i]);
+    // The offline optimum is a bound, not a policy one could run: dashed.
+    s << "$policy" << i << " using 1:2 with linespoints lw 2 pt 7"
+      << (policies[i] == "optimal" ? " dt 3" : "") << " title " << GnuplotQuote(policies[i]);
   }
   if (unlimited) {
     s << (policies.empty() ? "" : ", \\\n     ") << *unlimited
@@ -126,6 +128,14 @@ Status RunGnuplot(const std::string& script) {
 }
 
 }  // namespace
+
+std::vector<std::string> SweepPolicies() {
+  std::vector<std::string> names;
+  for (EvictionPolicyKind kind : AllEvictionPolicies())
+    names.emplace_back(EvictionPolicyName(kind));
+  names.emplace_back("optimal");
+  return names;
+}
 
 Result<SweepOutput> WriteSweep(const std::string& dir, const std::vector<ReplayRun>& runs,
                                std::int32_t tokens_per_block, bool no_plot, bool plot_required) {

@@ -29,29 +29,29 @@ void PrintTable(const rpc::StatusResponse& s) {
   std::printf("listen      unix %s%s%s\n", s.unix_socket().c_str(),
               s.tcp_listen().empty() ? "" : ", tcp ", s.tcp_listen().c_str());
   std::printf("data_dir    %s\n", s.data_dir().c_str());
-  std::printf("activity    %lld connections, %lld sequences running, %lld requests (%lld failed, "
-              "%lld refused by in-flight limits)\n",
-              static_cast<long long>(s.connections()), static_cast<long long>(s.sequences()),
-              static_cast<long long>(s.requests_total()), static_cast<long long>(s.requests_failed()),
-              static_cast<long long>(s.requests_rejected()));
+  std::printf(
+      "activity    %lld connections, %lld sequences running, %lld requests (%lld failed, "
+      "%lld refused by in-flight limits)\n",
+      static_cast<long long>(s.connections()), static_cast<long long>(s.sequences()),
+      static_cast<long long>(s.requests_total()), static_cast<long long>(s.requests_failed()),
+      static_cast<long long>(s.requests_rejected()));
   const std::int64_t hits = s.pool_hit_blocks() + s.host_hit_blocks() + s.disk_hit_blocks();
-  std::printf("hits        %lld admissions over %lld block positions: pool %lld, host %lld, disk "
-              "%lld (hit rate %.4f)\n",
-              static_cast<long long>(s.admissions()), static_cast<long long>(s.input_blocks()),
-              static_cast<long long>(s.pool_hit_blocks()),
-              static_cast<long long>(s.host_hit_blocks()),
-              static_cast<long long>(s.disk_hit_blocks()),
-              s.input_blocks() > 0 ? static_cast<double>(hits) / s.input_blocks() : 0.0);
+  std::printf(
+      "hits        %lld admissions over %lld block positions: pool %lld, host %lld, disk "
+      "%lld (hit rate %.4f)\n",
+      static_cast<long long>(s.admissions()), static_cast<long long>(s.input_blocks()),
+      static_cast<long long>(s.pool_hit_blocks()), static_cast<long long>(s.host_hit_blocks()),
+      static_cast<long long>(s.disk_hit_blocks()),
+      s.input_blocks() > 0 ? static_cast<double>(hits) / s.input_blocks() : 0.0);
   std::printf("\n%-5s %-24s %-5s %8s %8s %8s %8s %8s %8s %12s\n", "POOL", "KEY", "RANK", "BLOCKS",
               "FREE", "CACHED", "PRIVATE", "PINNED", "MOVING", "BYTES/BLOCK");
   for (const rpc::PoolStatus& p : s.pools()) {
-    std::printf("%-5d %-24s %-5d %8lld %8lld %8lld %8lld %8lld %8lld %12s\n", p.pool(),
-                p.key().c_str(), p.rank(), static_cast<long long>(p.num_blocks()),
-                static_cast<long long>(p.free_blocks()), static_cast<long long>(p.cached_blocks()),
-                static_cast<long long>(p.private_blocks()),
-                static_cast<long long>(p.pinned_blocks()),
-                static_cast<long long>(p.moving_out_blocks()),
-                FormatBytes(p.bytes_per_block()).c_str());
+    std::printf(
+        "%-5d %-24s %-5d %8lld %8lld %8lld %8lld %8lld %8lld %12s\n", p.pool(), p.key().c_str(),
+        p.rank(), static_cast<long long>(p.num_blocks()), static_cast<long long>(p.free_blocks()),
+        static_cast<long long>(p.cached_blocks()), static_cast<long long>(p.private_blocks()),
+        static_cast<long long>(p.pinned_blocks()), static_cast<long long>(p.moving_out_blocks()),
+        FormatBytes(p.bytes_per_block()).c_str());
   }
   std::printf("\n%-5s %-12s %-12s %10s  %s\n", "TIER", "CAPACITY", "USED", "BLOCKS", "STATE");
   for (const rpc::TierStatus& t : s.tiers()) {
@@ -59,8 +59,8 @@ void PrintTable(const rpc::StatusResponse& s) {
       std::printf("%-5s %-12s %-12s %10s  %s\n", t.name().c_str(), "-", "-", "-", "not configured");
       continue;
     }
-    const std::string state = t.disabled() ? "disabled" + (t.error().empty() ? "" : ": " + t.error())
-                                           : "ok";
+    const std::string state =
+        t.disabled() ? "disabled" + (t.error().empty() ? "" : ": " + t.error()) : "ok";
     std::printf("%-5s %-12s %-12s %10lld  %s\n", t.name().c_str(),
                 FormatBytes(t.capacity_bytes()).c_str(), FormatBytes(t.used_bytes()).c_str(),
                 static_cast<long long>(t.entries()), state.c_str());
@@ -92,7 +92,8 @@ Status Run(const StatusOptions& o) {
 
 void RegisterStatusCommand(CLI::App& app, CommandOutcome& outcome) {
   auto options = std::make_shared<StatusOptions>();
-  CLI::App* cmd = app.add_subcommand("status", "what a running kvnode is doing: pools, tiers, hits");
+  CLI::App* cmd =
+      app.add_subcommand("status", "what a running kvnode is doing: pools, tiers, hits");
   AddNodeConnectionFlags(cmd, &options->node);
   cmd->add_flag("--json", options->json, "print kvmesh.status/1 JSON");
   cmd->callback([options, &outcome] { outcome.Set(Run(*options)); });

@@ -41,6 +41,10 @@ else()
   find_package(RocksDB REQUIRED CONFIG)
   find_path(KVMESH_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
   find_library(KVMESH_XXHASH_LIBRARY xxhash REQUIRED)
+  # transfer/: UCX (Debian libucx-dev 1.13, pkg-config module `ucx`: ucp, uct, ucs, ucm) as
+  # PkgConfig::UCX; ucx_perftest (ucx-utils) is the transfer benchmark's baseline.
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx>=1.13)
   # node/: the control plane's schema (protobuf), Boost.Asio, the YAML config (yaml-cpp; Debian's
   # 0.7 has no namespace in its imported target).
   find_package(Protobuf REQUIRED)

@@ -213,7 +213,12 @@ Status NodeClient::WaitReadable(Steady::time_point deadline) {
 }
 
 Result<rpc::Frame> NodeClient::ReadFrame(std::vector<int>* fds) {
-  const Steady::time_point deadline = Steady::now() + options_.request_timeout;
+  return ReadFrameUntil(Steady::now() + options_.request_timeout, fds,
+                        /*disconnect_on_timeout=*/true);
+}
+
+Result<rpc::Frame> NodeClient::ReadFrameUntil(Steady::time_point deadline, std::vector<int>* fds,
+                                              bool disconnect_on_timeout) {
   std::array<std::byte, 64 * 1024> buf{};
   for (;;) {
     if (fd_ < 0) return Status::PeerUnreachable("not connected");
@@ -231,7 +236,7 @@ Result<rpc::Frame> NodeClient::ReadFrame(std::vector<int>* fds) {
     }
     Status ready = WaitReadable(deadline);
     if (!ready.ok()) {
-      Disconnect();
+      if (disconnect_on_timeout || ready.code() != StatusCode::kTimedOut) Disconnect();
       return ready;
     }
     iovec iov{buf.data(), buf.size()};
@@ -372,6 +377,36 @@ Result<KvEventBatch> NodeClient::PollEvents(std::uint64_t from_seq, std::uint32_
   req.mutable_poll_events()->set_max_events(max_events);
   KVMESH_ASSIGN_OR_RETURN(const rpc::Response r, Call(std::move(req)));
   return FromProto(r.events());
+}
+
+Status NodeClient::SubscribeEvents(std::uint64_t from_seq) {
+  rpc::Request req;
+  req.set_id(next_id_++);
+  req.mutable_subscribe_events()->set_from_seq(from_seq);
+  subscription_id_ = req.id();
+  rpc::Frame f;
+  *f.mutable_request() = std::move(req);
+  KVMESH_ASSIGN_OR_RETURN(const std::string bytes, EncodeFrame(f, options_.max_frame_size));
+  return SendRaw(std::as_bytes(std::span(bytes)));
+}
+
+Result<std::optional<KvEventBatch>> NodeClient::NextEvents(std::chrono::milliseconds wait) {
+  const Steady::time_point deadline = Steady::now() + wait;
+  for (;;) {
+    Result<rpc::Frame> frame = ReadFrameUntil(deadline, nullptr, /*disconnect_on_timeout=*/false);
+    if (!frame.ok()) {
+      if (frame.status().code() == StatusCode::kTimedOut && connected()) {
+        return std::optional<KvEventBatch>();
+      }
+      return frame.status();
+    }
+    if (frame->kind_case() != rpc::Frame::kResponse) continue;
+    const rpc::Response& r = frame->response();
+    if (r.id() != subscription_id_ && r.id() != 0) continue;
+    KVMESH_RETURN_IF_ERROR(StatusFromError(r.error()));
+    if (r.body_case() != rpc::Response::kEvents) continue;
+    return std::optional<KvEventBatch>(FromProto(r.events()));
+  }
 }
 
 Result<rpc::StatusResponse> NodeClient::GetStatus() {

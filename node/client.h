@@ -79,6 +79,13 @@ class NodeClient {
   Result<KvEventBatch> PollEvents(std::uint64_t from_seq, std::uint32_t max_events = 0);
   Result<rpc::StatusResponse> GetStatus();
 
+  // A subscription to KV events from `from_seq` (SubscribeEvents): the node then pushes event
+  // batches on this connection until it closes. While subscribed, use NextEvents only (a Call
+  // would skip batches). NextEvents waits up to `wait` for the next batch: nullopt when none came
+  // (the connection stays open), kPeerUnreachable when the node closed it.
+  Status SubscribeEvents(std::uint64_t from_seq);
+  Result<std::optional<KvEventBatch>> NextEvents(std::chrono::milliseconds wait);
+
   // Raw access for tests of malformed input: writes bytes as they are, reads one frame.
   Status SendRaw(std::span<const std::byte> bytes);
   Result<rpc::Frame> ReadFrame(std::vector<int>* fds = nullptr);
@@ -88,6 +95,10 @@ class NodeClient {
   Status Handshake();
   void Disconnect();
   Status WaitReadable(std::chrono::steady_clock::time_point deadline);
+  // ReadFrame with an explicit deadline; a timeout disconnects only when `disconnect_on_timeout`.
+  Result<rpc::Frame> ReadFrameUntil(std::chrono::steady_clock::time_point deadline,
+                                    std::vector<int>* fds, bool disconnect_on_timeout);
+  std::uint64_t subscription_id_ = 0;
 
   int fd_ = -1;
   bool local_ = false;

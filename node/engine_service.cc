@@ -6,6 +6,8 @@
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "node/node_metrics.h"
+#include "node/operator_service.h"
 #include "node/rpc_convert.h"
 
 namespace kvmesh {
@@ -62,6 +64,7 @@ KvEventBatch EngineService::PollEvents(std::uint64_t from_seq, std::size_t max_e
 }
 
 HandlerResult EngineService::Handle(SessionState& session, const rpc::Request& request) {
+  const auto start = std::chrono::steady_clock::now();
   auto& s = static_cast<EngineSession&>(session);
   HandlerResult result;
   rpc::Response& r = result.response;
@@ -89,12 +92,25 @@ HandlerResult EngineService::Handle(SessionState& session, const rpc::Request& r
       break;
     }
     case rpc::Request::kStatus: FillStatus(r.mutable_status()); break;
-    default: st = Status::InvalidArgument("unknown message type"); break;
+    default:
+      if (!OperatorService::Handles(request.body_case())) {
+        st = Status::InvalidArgument("unknown message type");
+      } else if (operator_ == nullptr) {
+        st = Status::NotSupported("this node does not answer operator requests");
+      } else {
+        st = operator_->Handle(request, &r);
+      }
+      break;
   }
   if (!st.ok()) {
     r.clear_body();
     result.fds.clear();
     SetError(r.mutable_error(), st);
+  }
+  if (metrics_ != nullptr) {
+    metrics_->ObserveRequest(
+        request.body_case(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), st.code());
   }
   return result;
 }
@@ -244,6 +260,7 @@ void EngineService::FillStatus(rpc::StatusResponse* out) const {
   out->set_unix_socket(d.unix_socket);
   out->set_tcp_listen(d.tcp_listen);
   out->set_data_dir(d.data_dir);
+  out->set_metrics_listen(d.metrics_listen);
   const BlockManagerStats ms = cache_->manager().GetStats();
   for (const PoolStats& p : ms.pools) {
     rpc::PoolStatus* ps = out->add_pools();

@@ -13,6 +13,9 @@
 //   Lookup            how many prompt tokens are cached in the pool, then the host tier, then
 //                     disk (a prefix; read-only).
 //   PollEvents / SubscribeEvents   the block manager's KV events.
+// The operator's requests (Pools, ListBlocks, Tree, InspectBlock, Stats, Evict, Flush,
+// EngineReport) go to the OperatorService (node/operator_service.h) when one is set. Every request
+// is timed and its status counted in the NodeMetrics when they are set (node/node_metrics.h).
 // With kv_cache.enable_block_reuse false, StoreFullBlocks stores nothing (returns 0), so no block
 // is ever reused or offloaded.
 //
@@ -66,7 +69,11 @@ struct NodeDescription {
   std::int64_t host_tier_capacity = 0;
   std::int64_t disk_tier_capacity = 0;
   bool enable_block_reuse = true;
+  std::string metrics_listen;  // as bound; empty: no metrics endpoint
 };
+
+class NodeMetrics;
+class OperatorService;
 
 class EngineService final : public RequestHandler {
  public:
@@ -81,6 +88,10 @@ class EngineService final : public RequestHandler {
 
   // The server whose connection and request counters Status reports (null: none yet).
   void SetServer(const ControlServer* server) { server_.store(server); }
+  // Where requests are timed and counted, and who answers operator requests (null: none; an
+  // operator request then gets kNotSupported). Set before the server serves.
+  void SetMetrics(NodeMetrics* metrics) { metrics_ = metrics; }
+  void SetOperator(OperatorService* service) { operator_ = service; }
 
   [[nodiscard]] std::int64_t open_sessions() const { return open_sessions_.load(); }
   // Sequences released because their connection closed without Release (cumulative).
@@ -110,6 +121,8 @@ class EngineService final : public RequestHandler {
   std::atomic<std::int64_t> open_sessions_{0};
   std::atomic<std::int64_t> released_on_close_{0};
   std::atomic<const ControlServer*> server_{nullptr};
+  NodeMetrics* metrics_ = nullptr;
+  OperatorService* operator_ = nullptr;
 };
 
 }  // namespace kvmesh

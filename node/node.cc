@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "node/flush.h"
 #include "node/secret.h"
 #include "pool/block_manager_plan.h"
 #include "pool/hf_config.h"
@@ -152,6 +153,8 @@ Status Node::Open(const NodeConfig& config) {
                           ControlServer::Bind(ServerOptions(c, description_.node_id, secret.secret,
                                                             description_.unix_socket)));
   description_.tcp_listen = server_->tcp_address();
+  metrics_ = std::make_unique<NodeMetrics>();
+  KVMESH_RETURN_IF_ERROR(StartMetrics());
 
   KVMESH_ASSIGN_OR_RETURN(const ModelSpec model, LoadModel(c.model));
   KVMESH_ASSIGN_OR_RETURN(const ModelSpec rank_model, RankModelSpec(model, c.tensor_parallel_size));
@@ -189,6 +192,8 @@ Status Node::Open(const NodeConfig& config) {
   t.offload.host_prefault = false;
   t.offload.offload_min_priority = c.kv_cache.secondary_offload_min_priority;
   t.offload.copy_threads = c.kv_cache.copy_threads;
+  t.offload.on_copy = [m = metrics_.get()](CopyDirection d, KvTier tier, std::int64_t bytes,
+                                           std::int64_t ns) { m->ObserveCopy(d, tier, bytes, ns); };
   if (c.disk_tier.enabled) {
     RocksDbTierOptions d;
     d.path = c.disk_tier.path.empty() ? c.data_dir + "/rocksdb" : c.disk_tier.path;
@@ -203,10 +208,58 @@ Status Node::Open(const NodeConfig& config) {
   description_.disk_tier_capacity = os.has_disk ? os.disk.capacity_bytes : 0;
   disk_entries_at_start_ = os.has_disk ? os.disk.entries : 0;
 
+  StartServices();
+  return Status::Ok();
+}
+
+Status Node::StartMetrics() {
+  metrics_->registry().AddCollector(
+      [](std::vector<metrics::FamilySnapshot>* out) { CollectProcessMetrics(out); });
+  sources_.description = &description_;
+  sources_.server = server_.get();
+  sources_.started = std::chrono::steady_clock::now();
+  sources_.readiness = [this] { return readiness(); };
+  node_collector_ = metrics_->registry().AddCollector(
+      [this](std::vector<metrics::FamilySnapshot>* out) { CollectNodeMetrics(sources_, out); });
+  if (config_.metrics.listen.empty()) return Status::Ok();
+  MetricsHttpOptions o;
+  o.listen = config_.metrics.listen;
+  KVMESH_ASSIGN_OR_RETURN(metrics_http_,
+                          MetricsHttpServer::Start(
+                              o, [m = metrics_.get()] { return m->registry().RenderText(); },
+                              [this] { return readiness(); }));
+  description_.metrics_listen = metrics_http_->address();
+  return Status::Ok();
+}
+
+void Node::StartServices() {
+  OperatorContext oc;
+  oc.description = &description_;
+  oc.plan = &plan_;
+  oc.pools = &pools_;
+  oc.cache = cache_.get();
+  oc.metrics = metrics_.get();
+  oc.server = server_.get();
+  oc.eviction_policy = std::string(EvictionPolicyName(config_.kv_cache.eviction_policy));
+  oc.offload_min_priority = config_.kv_cache.secondary_offload_min_priority;
+  operator_ = std::make_unique<OperatorService>(std::move(oc));
   service_ = std::make_unique<EngineService>(description_, cache_.get(), &pools_);
   service_->SetServer(server_.get());
+  service_->SetMetrics(metrics_.get());
+  service_->SetOperator(operator_.get());
+  // The scrape-time families read the cache from now on (they run on the metrics thread).
+  metrics_->registry().RemoveCollector(node_collector_);
+  sources_.cache = cache_.get();
+  sources_.pools = &pools_;
+  node_collector_ = metrics_->registry().AddCollector(
+      [this](std::vector<metrics::FamilySnapshot>* out) { CollectNodeMetrics(sources_, out); });
   server_->Serve(service_.get());
-  return Status::Ok();
+  serving_.store(true);
+}
+
+Readiness Node::readiness() const {
+  if (draining_.load()) return Readiness::kDraining;
+  return serving_.load() ? Readiness::kServing : Readiness::kStarting;
 }
 
 std::string Node::tcp_address() const { return server_ ? server_->tcp_address() : ""; }
@@ -247,50 +300,12 @@ std::string Node::Summary() const {
     << "\n";
   s << "  listen     unix " << description_.unix_socket;
   if (!tcp_address().empty()) s << ", tcp " << tcp_address();
+  s << "\n  metrics    "
+    << (description_.metrics_listen.empty()
+            ? std::string("off")
+            : StrCat("http://", description_.metrics_listen, "/metrics (/healthz, /readyz)"));
   s << "\n  secret     from " << secret_origin_ << "\n";
   return s.str();
-}
-
-std::int64_t Node::FlushToDisk(std::int64_t* failures) {
-  OffloadEngine& engine = cache_->engine();
-  RocksDbTier* disk = engine.disk();
-  if (disk == nullptr) return 0;
-  const int min_priority = config_.kv_cache.secondary_offload_min_priority;
-  const std::vector<KvPoolView>& views = engine.pools();
-  std::int64_t written = 0;
-  const auto put = [&](const Status& st) {
-    if (st.ok()) {
-      ++written;
-    } else {
-      ++*failures;
-      KVMESH_LOG_WARN("flush to disk failed error {}", st.ToString());
-    }
-  };
-  // Cached pool blocks. Nothing writes them: every connection is closed.
-  std::uint64_t cursor = 0;
-  do {
-    const CachedBlockPage page = cache_->manager().ListCachedBlocks(cursor, 4096);
-    for (const CachedBlockInfo& b : page.blocks) {
-      if (b.priority < min_priority) continue;
-      for (int p = 0; p < engine.num_pools(); ++p) {
-        const TierPoolId pool{p};
-        if (b.block_ids[p] < 0 || disk->Contains(pool, b.content_id)) continue;
-        put(disk->Put(pool, b.content_id, views[p], b.block_ids[p], b.priority));
-      }
-    }
-    cursor = page.next_cursor;
-  } while (cursor != 0);
-  // Host-tier blocks.
-  if (HostTier* host = engine.host(); host != nullptr) {
-    for (int p = 0; p < engine.num_pools(); ++p) {
-      host->ForEachBlock(TierPoolId{p}, [&](const EvictedBundle& b) {
-        if (b.priority < min_priority || disk->Contains(b.pool, b.id)) return;
-        put(disk->PutBundle(b.pool, b.id, b.bundle, b.priority));
-      });
-    }
-  }
-  engine.Drain();
-  return written;
 }
 
 ShutdownReport Node::Shutdown() {
@@ -299,14 +314,22 @@ ShutdownReport Node::Shutdown() {
   shut_down_ = true;
   const auto start = std::chrono::steady_clock::now();
   KVMESH_LOG_INFO("shutdown started drain_timeout_ms {}", config_.shutdown.drain_timeout.count());
+  draining_.store(true);
   server_->StopAccepting();
   r.drained = server_->WaitIdle(start + config_.shutdown.drain_timeout);
   if (!r.drained) KVMESH_LOG_WARN("shutdown drain deadline passed with requests in flight");
   const std::int64_t released_before = service_->released_on_close();
   server_->Stop();  // closes connections; their sequences are released
   r.released_sequences = service_->released_on_close() - released_before;
-  if (config_.shutdown.flush_to_disk) r.flushed_blocks = FlushToDisk(&r.flush_failures);
+  if (config_.shutdown.flush_to_disk) {
+    // Every connection is closed: nothing writes the pools any more.
+    r.flushed_blocks = FlushToDiskTier(*cache_, config_.kv_cache.secondary_offload_min_priority,
+                                       &r.flush_failures);
+  }
+  metrics_http_.reset();
+  metrics_->registry().RemoveCollector(node_collector_);
   service_.reset();
+  operator_.reset();
   server_.reset();
   cache_.reset();  // drains copies, closes RocksDB
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -317,8 +340,10 @@ ShutdownReport Node::Shutdown() {
 
 Node::~Node() {
   if (!shut_down_) Shutdown();
+  metrics_http_.reset();
   server_.reset();
   service_.reset();
+  operator_.reset();
   cache_.reset();
   copy_pool_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);

@@ -8,7 +8,10 @@
 //      from the primary memory's free bytes, and the pools in shared memory;
 //   4. the TieredCache over them: the block manager, the host tier (host_cache_size) and the
 //      RocksDB tier (<data_dir>/rocksdb unless disk_tier.path says otherwise);
-//   5. the control server (Unix socket, TCP) with the EngineService.
+//   5. the control server (Unix socket, TCP) with the EngineService and the OperatorService;
+//   the metrics endpoint (metrics.listen: /metrics, /healthz, /readyz; node/metrics_http.h) is
+//   bound with the control listeners and answers from then on: /readyz is 503 "starting" until
+//   the control server serves, 200 while it does, 503 "draining" from the start of Shutdown.
 // Any failure is one Status whose message says what to fix ("data_dir /x is held by another
 // kvnode (pid 42)", "tcp_listen 127.0.0.1:7420: address already in use"); nothing is left
 // running.
@@ -26,20 +29,24 @@
 //      secondary_offload_min_priority that the disk tier does not hold yet into it;
 //   5. close the tiers (RocksDB flushed and closed) and release the lock.
 // So every block an engine stored (StoreFullBlocks acknowledged) before the signal is on disk
-// after a clean exit, within the disk tier's capacity.
+// after a clean exit, within the disk tier's capacity. The metrics endpoint stops after step 4.
 //
 // Thread safety: Start and Shutdown are called from one thread; Summary and service() are
 // thread-safe.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
 #include "common/result.h"
 #include "node/control_server.h"
 #include "node/engine_service.h"
+#include "node/metrics_http.h"
 #include "node/node_config.h"
+#include "node/node_metrics.h"
 #include "node/node_pools.h"
+#include "node/operator_service.h"
 #include "pool/pool_plan.h"
 #include "store/tiered_cache.h"
 
@@ -68,6 +75,8 @@ class Node {
   [[nodiscard]] const PoolPlan& plan() const { return plan_; }
   [[nodiscard]] std::string tcp_address() const;
   [[nodiscard]] const std::string& unix_socket() const { return description_.unix_socket; }
+  // The metrics endpoint as bound ("127.0.0.1:9470"); empty when metrics.listen is "".
+  [[nodiscard]] const std::string& metrics_address() const { return description_.metrics_listen; }
   EngineService& service() { return *service_; }
   TieredCache& cache() { return *cache_; }
 
@@ -75,7 +84,9 @@ class Node {
   struct Startup;
   Node() = default;
   Status Open(const NodeConfig& config);
-  std::int64_t FlushToDisk(std::int64_t* failures);
+  Status StartMetrics();
+  void StartServices();
+  [[nodiscard]] Readiness readiness() const;
 
   NodeConfig config_;
   NodeDescription description_;
@@ -85,10 +96,19 @@ class Node {
   std::int64_t disk_entries_at_start_ = 0;
   PoolPlan plan_;
   NodePools pools_;
+  // Before the cache: its copy workers report to the metrics until the cache is gone.
+  std::unique_ptr<NodeMetrics> metrics_;
   std::unique_ptr<ThreadPool> copy_pool_;
   std::unique_ptr<TieredCache> cache_;
+  std::unique_ptr<OperatorService> operator_;
   std::unique_ptr<EngineService> service_;
   std::unique_ptr<ControlServer> server_;
+  NodeMetricSources sources_;
+  int node_collector_ = 0;
+  std::atomic<bool> serving_{false};
+  std::atomic<bool> draining_{false};
+  // Last: stopped first, before anything its collectors read goes.
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
   bool shut_down_ = false;
 };
 

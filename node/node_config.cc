@@ -213,6 +213,14 @@ bool IsOneOf(std::string_view value, std::initializer_list<std::string_view> nam
   return false;
 }
 
+Problem CheckMetrics(const MetricsSection& m) {
+  if (m.listen.empty()) return std::nullopt;
+  if (std::string why = HostPortProblem(m.listen); !why.empty()) {
+    return At("metrics.listen", StrCat("'", m.listen, "': ", why));
+  }
+  return std::nullopt;
+}
+
 Problem CheckShutdownAndLogging(const NodeConfig& c) {
   if (c.shutdown.drain_timeout.count() < 0) {
     return At("shutdown.drain_timeout",
@@ -243,6 +251,7 @@ std::optional<ConfigProblem> FindConfigProblem(const NodeConfig& config) {
   if (Problem p = CheckKvCache(config)) return p;
   if (Problem p = CheckDiskTier(config.disk_tier)) return p;
   if (Problem p = CheckControl(config)) return p;
+  if (Problem p = CheckMetrics(config.metrics)) return p;
   return CheckShutdownAndLogging(config);
 }
 

@@ -18,6 +18,7 @@
 //   control      unix_socket, tcp_listen, secret, secret_env, secret_file, max_frame_size,
 //                handshake_timeout, idle_timeout, request_timeout, max_connections,
 //                max_inflight_per_connection, max_inflight_total, io_threads, worker_threads
+//   metrics      listen
 //   shutdown     drain_timeout, flush_to_disk
 //   logging      level, format
 //
@@ -80,7 +81,7 @@ struct KvCacheSection {
   CacheConfig cache;
   bool enable_block_reuse = true;    // false: no prefix reuse at all (every Admit is a miss)
   bool enable_partial_reuse = true;  // copy or claim partly matching blocks
-  EvictionPolicyKind eviction_policy = EvictionPolicyKind::kPriorityLru;
+  EvictionPolicyKind eviction_policy = kDefaultEvictionPolicy;  // learned
   std::int64_t host_cache_size = 1ll << 30;      // bytes of the pinned host tier; 0 = none
   int secondary_offload_min_priority = 35;       // blocks below it are not offloaded (0..101)
   std::int64_t event_buffer_max_size = 1 << 16;  // KV events kept for polling (> 0)
@@ -117,6 +118,13 @@ struct ControlSection {
   friend bool operator==(const ControlSection&, const ControlSection&) = default;
 };
 
+struct MetricsSection {
+  // host:port of the HTTP endpoint (/metrics, /healthz, /readyz); port 0: any free port; empty:
+  // no endpoint.
+  std::string listen = "127.0.0.1:9470";
+  friend bool operator==(const MetricsSection&, const MetricsSection&) = default;
+};
+
 struct ShutdownSection {
   std::chrono::milliseconds drain_timeout{10000};  // in-flight work after SIGTERM/SIGINT
   bool flush_to_disk = true;  // write cached pool and host-tier blocks to the disk tier at exit
@@ -138,6 +146,7 @@ struct NodeConfig {
   KvCacheSection kv_cache;
   DiskTierSection disk_tier;
   ControlSection control;
+  MetricsSection metrics;
   ShutdownSection shutdown;
   LoggingSection logging;
 

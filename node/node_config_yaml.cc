@@ -311,7 +311,8 @@ const Field kKvCacheFields[] = {
      [](const Value& v, NodeConfig& c) { return ReadBool(v, &c.kv_cache.enable_partial_reuse); }},
     {"eviction_policy",
      [](const Value& v, NodeConfig& c) {
-       return ReadNamed(v, "priority-lru or lru", ParseEvictionPolicy, &c.kv_cache.eviction_policy);
+       return ReadNamed(v, "learned, priority-lru or lru", ParseEvictionPolicy,
+                        &c.kv_cache.eviction_policy);
      }},
     {"host_cache_size",
      [](const Value& v, NodeConfig& c) { return ReadBytes(v, &c.kv_cache.host_cache_size); }},
@@ -374,6 +375,10 @@ const Field kControlFields[] = {
      [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.control.worker_threads); }},
 };
 
+const Field kMetricsFields[] = {
+    {"listen", [](const Value& v, NodeConfig& c) { return ReadString(v, &c.metrics.listen); }},
+};
+
 const Field kShutdownFields[] = {
     {"drain_timeout",
      [](const Value& v, NodeConfig& c) { return ReadDuration(v, &c.shutdown.drain_timeout); }},
@@ -387,8 +392,9 @@ const Field kLoggingFields[] = {
 };
 
 const Section kSections[] = {
-    {"model", kModelFields},     {"kv_cache", kKvCacheFields},  {"disk_tier", kDiskTierFields},
-    {"control", kControlFields}, {"shutdown", kShutdownFields}, {"logging", kLoggingFields},
+    {"model", kModelFields},     {"kv_cache", kKvCacheFields}, {"disk_tier", kDiskTierFields},
+    {"control", kControlFields}, {"metrics", kMetricsFields},  {"shutdown", kShutdownFields},
+    {"logging", kLoggingFields},
 };
 
 // Lower case with '-' as '_': how a near miss is compared.

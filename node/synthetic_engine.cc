@@ -82,6 +82,8 @@ class Worker {
 
   // One request; adds to `s`. A failure of the node or of a check is recorded, not returned.
   void Run(std::uint64_t index, const TraceRequest& request, SyntheticWorkloadStats& s);
+  // Tells the node how a request went (`s` holds that request's counts only).
+  void Report(const SyntheticWorkloadStats& s);
 
  private:
   struct Sequence {
@@ -299,6 +301,17 @@ void Worker::Run(std::uint64_t index, const TraceRequest& request, SyntheticWork
   }
 }
 
+void Worker::Report(const SyntheticWorkloadStats& s) {
+  if (!options_.report_to_node || !client_->connected()) return;
+  rpc::Request req;
+  rpc::EngineReportRequest* r = req.mutable_engine_report();
+  r->set_requests(s.requests);
+  r->set_failed_requests(s.failed_requests);
+  r->set_checks(s.checks);
+  r->set_check_failures(s.check_failures);
+  (void)client_->Call(std::move(req));  // best effort: the counts are the engine's own
+}
+
 void Merge(const SyntheticWorkloadStats& a, SyntheticWorkloadStats& into) {
   into.requests += a.requests;
   into.failed_requests += a.failed_requests;
@@ -363,6 +376,7 @@ Result<SyntheticWorkloadStats> RunSyntheticWorkload(const SyntheticEngineOptions
       for (std::size_t i = next.fetch_add(1); i < requests.size(); i = next.fetch_add(1)) {
         SyntheticWorkloadStats s;
         worker->Run(i, requests[i], s);
+        worker->Report(s);
         std::lock_guard<std::mutex> lock(mu);
         Merge(s, total);
         ++done;

@@ -11,7 +11,10 @@
 //      attention on the pools (q_len 1, the pool's window) for the checked layers, each output
 //      compared with the dense float64 reference over regenerated K/V (node/synthetic_kv.h) —
 //      a wrong, stale, partial or corrupt block, or one without its scales, is a failed check;
-//   5. Release.
+//   5. Release;
+//   6. EngineReport: the request's outcome and check counts go to the node, which exports them
+//      (kvmesh_engine_checks_total, kvmesh_engine_check_failures_total); best effort, a node that
+//      refuses it changes nothing.
 // Checked layers: every layer (check_all_layers), or the first, the middle and the last local
 // layer of every pool — a check covers every position of the sequence in that layer, reused and
 // restored blocks included.
@@ -43,6 +46,7 @@ struct SyntheticEngineOptions {
   std::string salt;  // cache salt of every request (the tenant)
   std::uint64_t lora_id = 0;
   std::int32_t kernel_threads = 1;  // CPU backend threads per worker
+  bool report_to_node = true;       // EngineReport after each request
   // Called after each request with (done, total); from worker threads, serialised.
   std::function<void(std::int64_t, std::int64_t)> progress;
 };

@@ -1,6 +1,7 @@
 #include "pool/block_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "common/check.h"
@@ -21,17 +22,28 @@ BlockCache::BlockCache(std::int32_t tokens_per_block, const std::vector<CachePoo
     : tree_(tokens_per_block, static_cast<int>(pools.size()), namespace_digest, hash_seed),
       policy_kind_(policy) {
   pools_.reserve(pools.size());
+  std::int64_t tree_capacity = 0;  // the smallest full pool: where evictions happen first
   for (const CachePoolParams& params : pools) {
     PoolState& s = pools_.emplace_back(
         PoolState{params, BlockAllocator(params.num_blocks), {}, nullptr, 0, 0, 0, {}});
     s.slots.resize(static_cast<std::size_t>(s.allocator.id_space()));
+    const std::int64_t capacity = s.allocator.unlimited() ? 0 : params.num_blocks;
     if (params.window_tokens > 0) {
-      s.policy = MakeEvictionPolicy(policy);
+      s.policy = MakeEvictionPolicy(policy, {.capacity = capacity});
     } else {
+      if (!has_full_pools_ || (capacity > 0 && (tree_capacity == 0 || capacity < tree_capacity))) {
+        tree_capacity = capacity;
+      }
       has_full_pools_ = true;
     }
   }
-  if (has_full_pools_) tree_policy_ = MakeEvictionPolicy(policy);
+  if (has_full_pools_) tree_policy_ = MakeEvictionPolicy(policy, {.capacity = tree_capacity});
+}
+
+std::uint64_t BlockCache::Fingerprint(NodeRef n) const {
+  std::uint64_t f = 0;
+  std::memcpy(&f, tree_.node(n).content_id.bytes.data(), sizeof(f));
+  return f;
 }
 
 std::int64_t BlockCache::evictable_blocks(int p) const {
@@ -101,11 +113,15 @@ void BlockCache::Pin(int p, BlockId b) {
   KVMESH_DCHECK(sl.allocated) << "pin of free block " << b.value << " in pool " << p;
   if (sl.pins++ == 0) {
     ++s.num_pinned;
-    if (sl.node != kNoNode && s.policy) s.policy->Erase(sl.node);
+    if (sl.node != kNoNode && s.policy) {
+      s.policy->Erase(sl.node);
+      s.policy->OnAcquire(sl.node);
+    }
   }
   if (sl.node == kNoNode) return;
   TreeNode& node = tree_.node(sl.node);
   if (node.pins_total++ == 0) {
+    if (has_full_pools_) tree_policy_->OnAcquire(sl.node);
     UpdateTreeCandidate(sl.node);
     UpdateRemovable(sl.node);
   }
@@ -129,9 +145,13 @@ void BlockCache::Unpin(int p, BlockId b) {
   const NodeRef n = sl.node;
   TreeNode& node = tree_.node(n);
   const std::uint64_t stamp = ++stamp_;
-  if (s.policy) s.policy->Insert(n, node.priority, stamp);
+  if (s.policy) {
+    s.policy->OnRelease(n, stamp, node.num_children == 0);
+    s.policy->Insert(n, node.priority, stamp);
+  }
   if (--node.pins_total == 0) {
     node.last_use = stamp;
+    if (has_full_pools_) tree_policy_->OnRelease(n, stamp, node.num_children == 0);
     UpdateRemovable(n);
     UpdateTreeCandidate(n);
   }
@@ -211,7 +231,10 @@ void BlockCache::DropBlock(NodeRef n, int p, EvictionReason reason) {
     }
   }
   Emit(KvEventType::kRemoved, p, b, n);
-  if (s.policy && s.policy->Contains(n)) s.policy->Erase(n);
+  if (s.policy) {
+    if (s.policy->Contains(n)) s.policy->Erase(n);
+    s.policy->OnRetire(n);
+  }
   --s.counters.cached_by_priority[node.priority];
   --s.num_cached;
   sl.node = kNoNode;
@@ -235,7 +258,10 @@ void BlockCache::RemoveNode(NodeRef n) {
   while (true) {
     TreeNode& node = tree_.node(n);
     KVMESH_DCHECK(!tree_.HasAnyBlock(n) && node.pins_total == 0 && node.num_children == 0);
-    if (has_full_pools_ && tree_policy_->Contains(n)) tree_policy_->Erase(n);
+    if (has_full_pools_) {
+      if (tree_policy_->Contains(n)) tree_policy_->Erase(n);
+      tree_policy_->OnRetire(n);
+    }
     if (node.removable) --num_removable_;  // a removable child is not counted as blocked
     const NodeRef parent = node.parent;
     tree_.RemoveLeaf(n);
@@ -271,6 +297,8 @@ NodeRef BlockCache::Store(NodeRef parent, std::span<const Token> tokens,
   KVMESH_CHECK(static_cast<int>(blocks.size()) == num_pools());
   const NodeRef n = tree_.AddChild(parent, tokens, mm, key_hash);
   TreeNode& node = tree_.node(n);
+  const std::uint64_t fingerprint = Fingerprint(n);
+  if (has_full_pools_) tree_policy_->OnAdmit(n, fingerprint, node.depth);
   node.priority = static_cast<std::uint8_t>(priority);
   node.expiry_ns = expiry_ns;
   node.removable = false;  // pinned by the caller; counted as a blocked child below
@@ -283,6 +311,7 @@ NodeRef BlockCache::Store(NodeRef parent, std::span<const Token> tokens,
         << "storing block " << b.value << " of pool " << p << " that is not private and pinned";
     sl.node = n;
     tree_.set_block(n, p, b);
+    if (s.policy) s.policy->OnAdmit(n, fingerprint, node.depth);
     node.pins_total += sl.pins;
     ++s.num_cached;
     ++s.counters.stored_blocks;

@@ -189,6 +189,8 @@ class BlockCache {
   static bool ExpiryLater(const Expiry& a, const Expiry& b) { return a.at_ns > b.at_ns; }
 
   BlockSlot& slot(int p, BlockId b) { return pools_[p].slots[b.value]; }
+  // The first 8 bytes of the node's content id: its name in the policies' history.
+  [[nodiscard]] std::uint64_t Fingerprint(NodeRef n) const;
   void EvictTreeVictim();
   void EvictWindowVictim(int p);
   // Drops the node's block in pool p from the cache (listener, event, counters) and frees it, or

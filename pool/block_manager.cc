@@ -281,7 +281,8 @@ void BlockManager::ApplyReuseRetention(const Sequence& seq, const Match& m) {
 
 Result<AddSequenceResult> BlockManager::AddSequence(RequestId request,
                                                     std::span<const Token> prompt,
-                                                    const SequenceOptions& options) {
+                                                    const SequenceOptions& options,
+                                                    std::span<const NodeHandle> path_hint) {
   KVMESH_RETURN_IF_ERROR(ValidateSequence(prompt, options));
   const std::int64_t t = tokens_per_block();
   const std::int64_t n = static_cast<std::int64_t>(prompt.size());
@@ -297,7 +298,7 @@ Result<AddSequenceResult> BlockManager::AddSequence(RequestId request,
     const NodeRef root = cache_.tree().AcquireRoot(options.domain);
     const bool allow_partial =
         config_.enable_partial_reuse && has_pool_memory() && options.allow_partial_reuse;
-    const Match m = MatchPrefix(root, prompt, options, allow_partial);
+    const Match m = MatchPrefix(root, prompt, options, allow_partial, path_hint);
     Admission a;
     if (Status s = PlanAdmission(m, CeilDiv(n, t), &a); !s.ok()) {
       cache_.tree().ReleaseRoot(root);

@@ -82,6 +82,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -92,6 +93,7 @@
 #include "pool/block_cache.h"
 #include "pool/block_ids.h"
 #include "pool/block_key.h"
+#include "pool/block_manager_operator.h"
 #include "pool/block_manager_stats.h"
 #include "pool/block_restore.h"
 #include "pool/eviction_listener.h"
@@ -206,6 +208,18 @@ struct CachedBlockPage {
   std::uint64_t next_cursor = 0;  // 0: no more
 };
 
+// A filtered page (ListCachedBlocks with a CachedBlockFilter; block_manager_operator.h).
+struct ListedBlock {
+  CachedBlockInfo info;
+  std::int64_t priority_expires_in_ns = -1;  // -1: no expiry
+};
+struct BlockListPage {
+  std::vector<ListedBlock> blocks;
+  std::uint64_t next_cursor = 0;  // 0: no more
+  std::int64_t scanned = 0;       // nodes looked at
+  std::int64_t total = 0;         // cached nodes now
+};
+
 class BlockManager final : private BlockPinOwner {
  public:
   static Result<std::unique_ptr<BlockManager>> Create(const BlockManagerConfig& config,
@@ -219,8 +233,14 @@ class BlockManager final : private BlockPinOwner {
   int num_pools() const { return static_cast<int>(config_.pools.size()); }
   bool has_pool_memory() const { return !env_.pool_memory.empty(); }
 
+  // `path_hint`: RestorePlan::path of a PlanRestore of this prompt and options (the tiers' restore
+  // path, which has just walked the tree): nodes still current, linked as the hint says and with
+  // the prompt's tokens are taken without a lookup; the rest of the walk is done as usual. Any
+  // other hint costs a lookup, never a wrong match.
   Result<AddSequenceResult> AddSequence(RequestId request, std::span<const Token> prompt,
-                                        const SequenceOptions& options = {}) KVMESH_EXCLUDES(mu_);
+                                        const SequenceOptions& options = {},
+                                        std::span<const NodeHandle> path_hint = {})
+      KVMESH_EXCLUDES(mu_);
   Result<AppendResult> AppendTokens(RequestId request, std::span<const Token> tokens)
       KVMESH_EXCLUDES(mu_);
   // Returns how many blocks were newly stored. num_computed_tokens: nullopt = every token.
@@ -247,6 +267,24 @@ class BlockManager final : private BlockPinOwner {
   // missed, but none is listed twice. block_manager_list.cc.
   CachedBlockPage ListCachedBlocks(std::uint64_t cursor, std::size_t limit) const
       KVMESH_EXCLUDES(mu_);
+  // ---- for operators (block_manager_operator.h; block_manager_operator.cc)
+  // From `cursor`, the next at most `limit` (> 0) cached nodes that pass `filter`, looking at no
+  // more than `max_scan` (> 0) nodes; next_cursor continues the listing (0 once it is done).
+  BlockListPage ListCachedBlocks(std::uint64_t cursor, std::size_t limit,
+                                 const CachedBlockFilter& filter, std::size_t max_scan) const
+      KVMESH_EXCLUDES(mu_);
+  TreeSummary SummarizeTree() const KVMESH_EXCLUDES(mu_);
+  // Preorder from the node `start` (nullopt: every domain root's children as level 0), at most
+  // max_depth levels below it and max_nodes nodes. kNotFound for an unknown content id.
+  Result<TreeDump> DumpTree(std::optional<ContentId> start, int max_depth,
+                            std::size_t max_nodes) const KVMESH_EXCLUDES(mu_);
+  // The cached node whose content id starts with `hex` (1..32 hex digits). kInvalidArgument: not
+  // hex, or more than one node matches (the message says how many); kNotFound: none does.
+  Result<ContentId> ResolveContentIdPrefix(std::string_view hex) const KVMESH_EXCLUDES(mu_);
+  // Drops unpinned cached nodes on request (the rule is in block_manager_operator.h).
+  // kNotFound: an unknown subtree content id; kInvalidArgument: no selection, or both.
+  Result<EvictOutcome> EvictCachedBlocks(const EvictSelection& selection) KVMESH_EXCLUDES(mu_);
+
   // Records a kTierChanged event (the tiers call this; the manager keeps no tier state).
   void ReportTierChange(PoolId pool, const ContentId& id, KvTier from, KvTier to)
       KVMESH_EXCLUDES(mu_);
@@ -294,7 +332,8 @@ class BlockManager final : private BlockPinOwner {
 
   // block_manager_match.cc
   Match MatchPrefix(NodeRef root, std::span<const Token> tokens, const SequenceOptions& options,
-                    bool allow_partial) const KVMESH_REQUIRES(mu_);
+                    bool allow_partial, std::span<const NodeHandle> path_hint = {}) const
+      KVMESH_REQUIRES(mu_);
   void ApplyWindowLimit(Match* m) const KVMESH_REQUIRES(mu_);
   // block_manager.cc
   Status PlanAdmission(const Match& m, std::int64_t num_positions, Admission* a) const

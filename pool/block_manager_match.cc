@@ -8,8 +8,8 @@
 namespace kvmesh {
 
 BlockManager::Match BlockManager::MatchPrefix(NodeRef root, std::span<const Token> tokens,
-                                              const SequenceOptions& options,
-                                              bool allow_partial) const {
+                                              const SequenceOptions& options, bool allow_partial,
+                                              std::span<const NodeHandle> path_hint) const {
   Match m;
   m.root = root;
   m.window_first.assign(num_pools(), 0);
@@ -20,7 +20,21 @@ BlockManager::Match BlockManager::MatchPrefix(NodeRef root, std::span<const Toke
   const std::int64_t limit = options.reuse_last_token ? n : n - 1;
   std::vector<BlockMmRef> mm;
   NodeRef cur = root;
-  for (std::int64_t i = 0; (i + 1) * t <= limit; ++i) {
+  // The hint's nodes, while each is current, a child of the node before it, and holds this
+  // block's tokens (no lookup, no hash); a prompt with multimodal items always looks up.
+  std::int64_t i = 0;
+  if (options.multimodal.empty()) {
+    for (; i < static_cast<std::int64_t>(path_hint.size()) && (i + 1) * t <= limit; ++i) {
+      const NodeHandle& h = path_hint[static_cast<std::size_t>(i)];
+      if (!tree.IsCurrent(h) || tree.node(h.node).parent != cur || !tree.mm(h.node).empty()) break;
+      const std::span<const Token> want = tokens.subspan(i * t, t);
+      const std::span<const Token> have = tree.tokens(h.node);
+      if (!std::equal(want.begin(), want.end(), have.begin())) break;
+      m.path.push_back(h.node);
+      cur = h.node;
+    }
+  }
+  for (; (i + 1) * t <= limit; ++i) {
     mm.clear();
     MmRefsForBlock(options.multimodal, i * t, t, &mm);
     const NodeRef c = tree.FindChild(cur, tokens.subspan(i * t, t), mm);

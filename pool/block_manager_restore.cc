@@ -98,6 +98,7 @@ Result<RestorePlan> BlockManager::PlanRestore(std::span<const Token> prompt,
         cur = tree.FindChild(cur, prompt.subspan(i * t, t), mm);
         if (cur == kNoNode) break;
         plan.content_ids.push_back(tree.node(cur).content_id);
+        plan.path.push_back(tree.handle(cur));
       }
     }
   }

@@ -39,6 +39,7 @@
 #include "common/content_id.h"
 #include "pool/block_ids.h"
 #include "pool/pinned_block.h"
+#include "pool/prefix_tree.h"
 
 namespace kvmesh {
 
@@ -51,6 +52,9 @@ struct RestorePlan {
   // Content ids of the prompt's reusable full blocks (the last prompt token is not reusable unless
   // options.reuse_last_token): ids [0, pool_blocks) of tree nodes, then the candidates.
   std::vector<ContentId> content_ids;
+  // The tree nodes of blocks [0, pool_blocks) as PlanRestore found them: a hint that lets
+  // AddSequence of the same prompt skip looking them up again (each is checked before use).
+  std::vector<NodeHandle> path;
 
   [[nodiscard]] std::int64_t num_candidates() const {
     return static_cast<std::int64_t>(content_ids.size()) - pool_blocks;

@@ -234,6 +234,9 @@ Status SyntheticTraceOptions::Validate() const {
   KVMESH_RETURN_IF_ERROR(at_least("block_tokens", block_tokens, 1));
   KVMESH_RETURN_IF_ERROR(at_least("output_tokens", output_tokens, 0));
   if (partial_tail) KVMESH_RETURN_IF_ERROR(at_least("block_tokens", block_tokens, 2));
+  if (!(one_off_share >= 0.0 && one_off_share <= 1.0)) {
+    return Status::InvalidArgument(StrCat("one_off_share ", one_off_share, " is outside [0, 1]"));
+  }
   if (turn_blocks_max < turn_blocks_min) {
     return Status::InvalidArgument(StrCat("turn_blocks_max ", turn_blocks_max,
                                           " is less than turn_blocks_min ", turn_blocks_min));
@@ -249,9 +252,16 @@ Result<std::vector<TraceRequest>> GenerateSyntheticTrace(const SyntheticTraceOpt
   struct Conversation {
     std::vector<std::uint64_t> ids;  // of the last turn
     std::int32_t turns_done = 0;
+    std::int32_t turns = 0;
   };
   auto open = [&]() {
     Conversation c;
+    c.turns = o.turns;
+    // No draw without one-offs, so that such traces stay what they were before the option.
+    if (o.one_off_share > 0 &&
+        static_cast<double>(rng.Next() >> 11) * 0x1.0p-53 < o.one_off_share) {
+      c.turns = 1;
+    }
     if (o.system_prompts > 0) {
       const auto s = static_cast<std::uint64_t>(rng.Uniform(0, o.system_prompts - 1));
       for (std::int32_t b = 0; b < o.system_prompt_blocks; ++b) {
@@ -286,7 +296,7 @@ Result<std::vector<TraceRequest>> GenerateSyntheticTrace(const SyntheticTraceOpt
     }
     trace.push_back(std::move(r));
     now_ms += rng.Uniform(0, 2 * o.mean_gap_ms);
-    if (++c.turns_done == o.turns) {
+    if (++c.turns_done == c.turns) {
       if (opened < o.conversations) {
         c = open();
         ++opened;

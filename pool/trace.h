@@ -121,9 +121,11 @@ void BlockTokens(std::uint64_t id, std::span<Token> out);
 //
 // Multi-turn conversations that share a few system prompts. Conversation c picks system prompt
 // s (uniformly, from the seed); its first turn is the system prompt's blocks followed by new
-// blocks; every later turn is the previous turn's full blocks followed by new ones (the previous
-// answer and the new question), so ids are prefix-chained like the real trace. Each turn adds
-// turn_blocks_min..turn_blocks_max new full blocks (uniform).
+// blocks; with probability one_off_share it has that turn only (a one-off request: nothing of it
+// but the system prompt is ever sent again), else `turns` turns; every later turn is the previous
+// turn's full blocks followed by new ones (the previous answer and the new question), so ids are
+// prefix-chained like the real trace. Each turn adds turn_blocks_min..turn_blocks_max new full
+// blocks (uniform).
 //
 // partial_tail (default, as in the Mooncake traces, where the last block of a prompt is partial):
 // each request also ends in one partial block with a fresh id, and input_length = (ids - 1) *
@@ -143,7 +145,8 @@ void BlockTokens(std::uint64_t id, std::span<Token> out);
 struct SyntheticTraceOptions {
   std::uint64_t seed = 1;
   std::int32_t conversations = 1000;
-  std::int32_t turns = 6;  // per conversation
+  std::int32_t turns = 6;      // per conversation
+  double one_off_share = 0.0;  // share of conversations with a single turn, in [0, 1]
   std::int32_t system_prompts = 8;
   std::int32_t system_prompt_blocks = 4;
   std::int32_t turn_blocks_min = 1;  // new full blocks per turn, uniform in [min, max]
@@ -155,8 +158,8 @@ struct SyntheticTraceOptions {
   std::int64_t output_tokens = 256;
 
   // kInvalidArgument naming the field: counts must be >= 1 (system_prompts and
-  // system_prompt_blocks may be 0), turn_blocks_min <= turn_blocks_max, gaps >= 0, and
-  // block_tokens >= 2 with partial_tail.
+  // system_prompt_blocks may be 0), turn_blocks_min <= turn_blocks_max, gaps >= 0,
+  // one_off_share in [0, 1], and block_tokens >= 2 with partial_tail.
   Status Validate() const;
 };
 

@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "common/strings.h"
 #include "pool/block_allocator.h"
+#include "pool/optimal_replay.h"
 
 namespace kvmesh {
 namespace {
@@ -59,11 +60,33 @@ Status ReplayConfig::Validate() const {
     return Status::InvalidArgument(
         StrCat("progress_interval ", progress_interval, " must be at least 1"));
   }
+  if (optimal && tier_hooks != nullptr) {
+    return Status::InvalidArgument("the offline optimum replays the pool alone (no tier hooks)");
+  }
+  return Status::Ok();
+}
+
+Status SetReplayPolicy(std::string_view name, ReplayConfig* config) {
+  if (AsciiLower(name) == "optimal") {
+    config->optimal = true;
+    return Status::Ok();
+  }
+  Result<EvictionPolicyKind> kind = ParseEvictionPolicy(name);
+  if (!kind.ok()) {
+    return Status::InvalidArgument(
+        StrCat("eviction policy '", name, "' is not one of lru, priority-lru, learned, optimal"));
+  }
+  config->optimal = false;
+  config->policy = *kind;
   return Status::Ok();
 }
 
 Result<std::unique_ptr<TraceReplay>> TraceReplay::Create(ReplayConfig config) {
   KVMESH_RETURN_IF_ERROR(config.Validate());
+  if (config.optimal) {
+    return Status::InvalidArgument(
+        "the offline optimum needs the whole trace in advance: use ReplayTrace");
+  }
   BlockManagerConfig mc;
   mc.tokens_per_block = config.tokens_per_block;
   mc.pools.push_back(
@@ -181,6 +204,7 @@ ReplayResult TraceReplay::Summary() const {
 }
 
 Result<ReplayResult> ReplayTrace(std::span<const TraceRequest> trace, const ReplayConfig& config) {
+  if (config.optimal) return ReplayOptimal(trace, config);
   KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<TraceReplay> replay, TraceReplay::Create(config));
   ReplayProgress progress;
   progress.requests_total = std::ssize(trace);

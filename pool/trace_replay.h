@@ -22,9 +22,12 @@
 // Capacity: capacity_blocks blocks in one full-attention pool, or unlimited (nullopt) — a
 // metadata-only manager with kUnlimitedBlocks that never evicts.
 //
-// Policies (EvictionPolicyKind):
-//   lru           least recently used first; the tree's leaves go first (a parent never goes
-//                 before its children).
+// Policies (EvictionPolicyKind; every one evicts the tree's leaves only: a parent never goes
+// before its children):
+//   learned       (the default, learned_policy.h) within a priority, the block least likely to be
+//                 reused by what the manager has observed (reuse counts, leaves, depth) combined
+//                 with recency. The replay gives it no retention ranges: it infers on its own.
+//   lru           least recently used first.
 //   priority-lru  the same order within a priority, lowest priority first, with two retention
 //                 ranges per request (ReplayPriorities):
 //                   - the partial last block (input_length < ids * trace_block_tokens) at
@@ -35,6 +38,10 @@
 //                     system_prompt_priority (default 60): the shared system prompt.
 //                 Other blocks get the default priority 35 (a reused block keeps its priority).
 //                 A one-block request whose block is partial takes the tail priority.
+//                 These ranges stand for what an engine would send; being decided by position,
+//                 they can hurt (docs/kvctl.md, "Eviction").
+//   optimal       (ReplayConfig::optimal) the offline optimum, optimal_replay.h: no block
+//                 manager; ReplayTrace only (TraceReplay::Create refuses it), no tier hooks.
 //
 // Extension point for the tiers (ReplayTierHooks): with hooks, after each admission the driver
 // computes the content ids of the blocks the pool did not have (block_key.h; the manager's own
@@ -57,6 +64,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -108,7 +116,8 @@ class ReplayTierHooks {
 struct ReplayConfig {
   std::int32_t tokens_per_block = kMooncakeBlockTokens;  // a power of two > 1
   std::optional<std::int64_t> capacity_blocks;           // nullopt = unlimited; else >= 1
-  EvictionPolicyKind policy = EvictionPolicyKind::kLru;
+  EvictionPolicyKind policy = kDefaultEvictionPolicy;
+  bool optimal = false;         // the offline optimum instead of `policy`
   ReplayPriorities priorities;  // priority-lru only
   ReplayTierHooks* tier_hooks = nullptr;
   // Called every progress_interval requests and after the last one; may be empty.
@@ -116,12 +125,17 @@ struct ReplayConfig {
   std::int64_t progress_interval = 256;
 
   // kInvalidArgument naming the field (tokens_per_block, capacity_blocks, priorities,
-  // progress_interval).
+  // progress_interval, tier hooks with optimal).
   Status Validate() const;
 };
 
+// Sets config->policy, or config->optimal for "optimal" (names: EvictionPolicyName, and
+// "optimal"; case-insensitive). kInvalidArgument naming the choices otherwise.
+Status SetReplayPolicy(std::string_view name, ReplayConfig* config);
+
 struct ReplayResult {
-  EvictionPolicyKind policy = EvictionPolicyKind::kLru;
+  EvictionPolicyKind policy = kDefaultEvictionPolicy;
+  bool optimal = false;                         // the offline optimum (policy is then meaningless)
   std::optional<std::int64_t> capacity_blocks;  // nullopt = unlimited
   std::int32_t tokens_per_block = 0;
   ReplayPriorities priorities;  // as configured (in effect with priority-lru only)
@@ -148,6 +162,10 @@ struct ReplayResult {
   }
   [[nodiscard]] double requests_per_s() const {
     return wall_s > 0 ? static_cast<double>(requests) / wall_s : 0.0;
+  }
+  // "optimal" or the policy's name.
+  [[nodiscard]] std::string_view policy_name() const {
+    return optimal ? std::string_view("optimal") : EvictionPolicyName(policy);
   }
 };
 
@@ -186,7 +204,8 @@ class TraceReplay {
   ReplayResult result_;
 };
 
-// Replays the whole trace with a fresh manager.
+// Replays the whole trace with a fresh manager (or, with config.optimal, computes the offline
+// optimum: ReplayOptimal).
 Result<ReplayResult> ReplayTrace(std::span<const TraceRequest> trace, const ReplayConfig& config);
 
 }  // namespace kvmesh

@@ -75,6 +75,8 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(HostTierOptions options) {
     shard->slot_bytes = parts[i].slot_bytes;
     shard->num_slots = static_cast<std::int32_t>(parts[i].num_slots);
     MutexLock lock(&shard->mu);
+    shard->policy =
+        MakeEvictionPolicy(tier->options_.eviction_policy, {.capacity = shard->num_slots});
     shard->slots.resize(shard->num_slots);
     shard->free_slots.reserve(shard->num_slots);
     for (std::int32_t s = shard->num_slots - 1; s >= 0; --s) shard->free_slots.push_back(s);
@@ -111,24 +113,24 @@ const BundleCodec* HostTier::Codec(TierPoolId pool) const {
   return shard.ok() ? &(*shard)->codec : nullptr;
 }
 
+// A use of the slot's block ended (written or read): it becomes evictable, most recently used.
 void HostTier::MakeEvictable(Shard& shard, std::int32_t slot) {
-  Slot& s = shard.slots[slot];
-  KVMESH_CHECK(!s.in_lru && s.state == SlotState::kReady);
-  auto& list = shard.lru[s.priority];
-  s.lru_pos = list.insert(list.end(), slot);
-  s.in_lru = true;
+  const Slot& s = shard.slots[slot];
+  const auto e = static_cast<EvictionEntry>(slot);
+  KVMESH_CHECK(!shard.policy->Contains(e) && s.state == SlotState::kReady);
+  shard.policy->OnRelease(e, ++shard.stamp, /*leaf=*/true);
+  shard.policy->Insert(e, s.priority, shard.stamp);
 }
 
 void HostTier::RemoveEvictable(Shard& shard, std::int32_t slot) {
-  Slot& s = shard.slots[slot];
-  if (!s.in_lru) return;
-  shard.lru[s.priority].erase(s.lru_pos);
-  s.in_lru = false;
+  const auto e = static_cast<EvictionEntry>(slot);
+  if (shard.policy->Contains(e)) shard.policy->Erase(e);
 }
 
 void HostTier::FreeSlot(Shard& shard, std::int32_t slot) {
   Slot& s = shard.slots[slot];
   RemoveEvictable(shard, slot);
+  shard.policy->OnRetire(static_cast<EvictionEntry>(slot));
   s.state = SlotState::kFree;
   s.pins = 0;
   s.erase_pending = false;
@@ -156,8 +158,9 @@ Result<HostTier::Reservation> HostTier::Reserve(Shard& shard, const ContentId& i
   MutexLock lock(&shard.mu);
   if (auto it = shard.index.find(id); it != shard.index.end()) {
     Slot& s = shard.slots[it->second];
-    if (s.state == SlotState::kReady && s.in_lru) {
+    if (s.state == SlotState::kReady && shard.policy->Contains(it->second)) {
       RemoveEvictable(shard, it->second);
+      shard.policy->OnAcquire(it->second);
       s.priority = priority;
       MakeEvictable(shard, it->second);  // most recently used
     } else if (s.state == SlotState::kReady) {
@@ -171,11 +174,8 @@ Result<HostTier::Reservation> HostTier::Reserve(Shard& shard, const ContentId& i
     r.slot = shard.free_slots.back();
     shard.free_slots.pop_back();
   } else {
-    for (auto& list : shard.lru) {
-      if (!list.empty()) {
-        r.slot = list.front();
-        break;
-      }
+    if (const std::optional<EvictionEntry> v = shard.policy->Victim()) {
+      r.slot = static_cast<std::int32_t>(*v);
     }
     if (r.slot < 0) {
       return Status::ResourceExhausted(StrCat("host tier pool ", shard.config.id.value, ": all ",
@@ -183,6 +183,7 @@ Result<HostTier::Reservation> HostTier::Reserve(Shard& shard, const ContentId& i
     }
     Slot& v = shard.slots[r.slot];
     RemoveEvictable(shard, r.slot);
+    shard.policy->OnRetire(static_cast<EvictionEntry>(r.slot));
     shard.index.erase(v.id);
     r.has_victim = true;
     r.victim = EvictedBundle{
@@ -202,6 +203,7 @@ Result<HostTier::Reservation> HostTier::Reserve(Shard& shard, const ContentId& i
   s.pins = 0;
   s.erase_pending = false;
   shard.index[id] = r.slot;
+  shard.policy->OnAdmit(static_cast<EvictionEntry>(r.slot), ContentIdHash{}(id), /*depth=*/0);
   return r;
 }
 
@@ -317,8 +319,10 @@ Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst
     }
     slot = it->second;
     Slot& s = shard->slots[slot];
-    ++s.pins;
-    RemoveEvictable(*shard, slot);
+    if (++s.pins == 1) {
+      RemoveEvictable(*shard, slot);
+      shard->policy->OnAcquire(static_cast<EvictionEntry>(slot));
+    }
   }
   // Pinned: the slot is neither evicted nor reused while it is verified and copied out.
   const auto n = static_cast<std::size_t>(shard->codec.bundle_bytes());

@@ -6,11 +6,14 @@
 // fixed-size slots, one bundle each (a pool's bundles all have the same size), padded to 64 bytes.
 // Index: (pool, content id) → slot, one shard (mutex, index, free list, eviction lists) per pool.
 //
-// Eviction (per pool, when a put finds no free slot): all ready, unpinned blocks of the lowest
-// priority before any of the next one; within a priority the least recently used (put or get)
-// first. A victim is handed to the eviction sink (e.g. a RocksDB tier's PutBundle) before its slot
-// is reused; a sink failure is counted (spill_failures) and the block is dropped — a tier is a
-// cache. Blocks being written or read are never victims.
+// Eviction (per pool, when a put finds no free slot): the ready, unpinned block that
+// options.eviction_policy (pool/eviction_policy.h) names. The default, priority-lru: all blocks of
+// the lowest priority before any of the next one, within a priority the least recently used (put
+// or get) first; learned: priorities the same, within one the block least likely to be used again
+// by what this tier has seen of puts and gets (pool/learned_policy.h). A victim is handed to the
+// eviction sink (e.g. a RocksDB tier's PutBundle) before its slot is reused; a sink failure is
+// counted (spill_failures) and the block is dropped — a tier is a cache. Blocks being written or
+// read are never victims.
 //
 // Slot states (one shard's mutex guards every transition):
 //
@@ -36,15 +39,14 @@
 // the same pool.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <functional>
-#include <list>
 #include <memory>
 #include <unordered_map>
 #include <vector>
 
 #include "common/thread_annotations.h"
+#include "pool/eviction_policy.h"
 #include "store/block_bundle.h"
 #include "store/host_memory.h"
 #include "store/tier.h"
@@ -67,6 +69,8 @@ struct HostTierOptions {
   HostMemoryKind memory = HostMemoryKind::kAuto;
   bool prefault = true;       // touch every page at creation (aligned memory)
   TierEvictionSink on_evict;  // may be empty: victims are dropped
+  // The order of victims within each pool (one policy per pool, entries are slots).
+  EvictionPolicyKind eviction_policy = EvictionPolicyKind::kPriorityLru;
 };
 
 class HostTier final : public BlockTier {
@@ -114,8 +118,6 @@ class HostTier final : public BlockTier {
     int priority = kTierDefaultPriority;
     int pins = 0;
     bool erase_pending = false;  // removed from the index; free it when its users are done
-    bool in_lru = false;
-    std::list<std::int32_t>::iterator lru_pos;
   };
   struct Shard {
     Shard(HostTierPool config, BundleCodec codec) : config(config), codec(std::move(codec)) {}
@@ -127,8 +129,9 @@ class HostTier final : public BlockTier {
     Mutex mu;
     std::vector<Slot> slots KVMESH_GUARDED_BY(mu);
     std::vector<std::int32_t> free_slots KVMESH_GUARDED_BY(mu);
-    // Evictable slots per priority, least recently used at the front.
-    std::array<std::list<std::int32_t>, kTierMaxPriority + 1> lru KVMESH_GUARDED_BY(mu);
+    // Evictable slots (ready, unpinned), in eviction order; told of every slot's puts and gets.
+    std::unique_ptr<EvictionPolicy> policy KVMESH_GUARDED_BY(mu);
+    std::uint64_t stamp KVMESH_GUARDED_BY(mu) = 0;  // use stamps for the policy
     std::unordered_map<ContentId, std::int32_t, ContentIdHash> index KVMESH_GUARDED_BY(mu);
   };
   // What a put reserved: a slot, and the victim it displaced (if any).

@@ -16,10 +16,19 @@ std::int64_t NanosSince(SteadyClock::time_point start) {
 
 struct TrafficCounters {
   std::atomic<std::int64_t> blocks{0}, bytes{0}, ns{0};
+  const CopyObserver* observer = nullptr;  // the options' on_copy, when set
+  CopyDirection direction = CopyDirection::kOffload;
+  KvTier tier = KvTier::kHost;
+  void Bind(const CopyObserver& o, CopyDirection d, KvTier t) {
+    observer = o ? &o : nullptr;
+    direction = d;
+    tier = t;
+  }
   void Add(std::int64_t n_bytes, std::int64_t n_ns) {
     blocks.fetch_add(1, std::memory_order_relaxed);
     bytes.fetch_add(n_bytes, std::memory_order_relaxed);
     ns.fetch_add(n_ns, std::memory_order_relaxed);
+    if (observer != nullptr) (*observer)(direction, tier, n_bytes, n_ns);
   }
   [[nodiscard]] TierTraffic Load() const {
     TierTraffic t;
@@ -76,6 +85,12 @@ Result<std::unique_ptr<OffloadEngine>> OffloadEngine::Create(OffloadEngineOption
 OffloadEngine::OffloadEngine(OffloadEngineOptions options)
     : options_(std::move(options)), counters_(std::make_unique<Counters>()) {
   for (const KvPoolView& v : options_.pools) block_bytes_.push_back(v.layout.BytesPerBlock());
+  const CopyObserver& o = options_.on_copy;
+  counters_->offload.Bind(o, CopyDirection::kOffload,
+                          options_.host_capacity_bytes > 0 ? KvTier::kHost : KvTier::kDisk);
+  counters_->spill.Bind(o, CopyDirection::kSpill, KvTier::kDisk);
+  counters_->onboard_host.Bind(o, CopyDirection::kOnboard, KvTier::kHost);
+  counters_->onboard_disk.Bind(o, CopyDirection::kOnboard, KvTier::kDisk);
 }
 
 Status OffloadEngine::Open() {

@@ -72,6 +72,12 @@
 
 namespace kvmesh {
 
+// A completed block copy, for latency histograms (node/node_metrics.h): its direction, the tier it
+// wrote or read, the block bytes and how long it took.
+enum class CopyDirection : std::uint8_t { kOffload, kSpill, kOnboard };
+using CopyObserver =
+    std::function<void(CopyDirection direction, KvTier tier, std::int64_t bytes, std::int64_t ns)>;
+
 struct OffloadEngineOptions {
   std::vector<KvPoolView> pools;  // the primary pools, in the block manager's pool order
   // Host tier: bytes of bundles it may hold (split equally between the pools); 0 = no host tier.
@@ -83,6 +89,9 @@ struct OffloadEngineOptions {
   int offload_min_priority = kTierDefaultPriority;  // 0..101; 101 = never offload
   int copy_threads = 2;                             // 0 = copies in the calling thread
   std::int64_t max_spill_queue_bytes = 64ll << 20;  // staged host→disk bytes
+  // Called after every successful block copy, on the copying thread (cheap, thread-safe);
+  // empty: none.
+  CopyObserver on_copy;
 };
 
 // Copies in one direction between the pools and one tier.

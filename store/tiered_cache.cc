@@ -132,7 +132,7 @@ Result<AddSequenceResult> TieredCache::AddSequence(RequestId request, std::span<
       KVMESH_LOG_DEBUG("restore skipped error {}", reserved.status().ToString());
     }
   }
-  Result<AddSequenceResult> result = manager_->AddSequence(request, prompt, options);
+  Result<AddSequenceResult> result = manager_->AddSequence(request, prompt, options, plan.path);
   restored_pins.Release();
   if (!result.ok()) return result.status();
   const std::int64_t t = manager_->tokens_per_block();

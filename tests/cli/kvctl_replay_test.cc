@@ -80,7 +80,8 @@ void ExpectSameRun(const Json& j, const ReplayResult& r) {
 TEST(KvctlReplayTest, SyntheticJsonMatchesTheLibrary) {
   auto trace = GenerateSyntheticTrace(SmallSynthetic());
   ASSERT_TRUE(trace.ok());
-  for (const char* policy : {"lru", "priority-lru"}) {
+  for (const char* policy : {"lru", "priority-lru", "learned", "optimal"}) {
+    SCOPED_TRACE(policy);
     const Json j =
         RunJson(With(kSmallSyntheticFlags, {"--capacity-blocks", "150", "--policy", policy}));
     ASSERT_TRUE(j.is_object());
@@ -95,19 +96,45 @@ TEST(KvctlReplayTest, SyntheticJsonMatchesTheLibrary) {
     ReplayConfig config;
     config.tokens_per_block = kSmallTokensPerBlock;
     config.capacity_blocks = 150;
-    config.policy = *ParseEvictionPolicy(policy);
+    ASSERT_TRUE(SetReplayPolicy(policy, &config).ok());
     auto expected = ReplayTrace(*trace, config);
     ASSERT_TRUE(expected.ok()) << expected.status();
     ExpectSameRun(j, *expected);
     EXPECT_GT(expected->evicted_blocks, 0);
-    EXPECT_EQ(j["priorities"].is_null(), std::string(policy) == "lru");
+    EXPECT_EQ(j["priorities"].is_null(), std::string(policy) != "priority-lru");
   }
+}
+
+TEST(KvctlReplayTest, OptimalIsTheBoundInTheText) {
+  const RunResult text =
+      RunKvctl(With(kSmallSyntheticFlags, {"--capacity-blocks", "150", "--policy", "optimal"}));
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("policy      optimal (the offline optimum)\n"));
+  // The optimum with tiers is refused: it replays the pool alone.
+  const RunResult tiers =
+      RunKvctl(With(kSmallSyntheticFlags, {"--capacity-blocks", "150", "--policy", "optimal",
+                                           "--host-tier-blocks", "100"}));
+  EXPECT_EQ(tiers.exit_code, 2) << tiers.err;
+  EXPECT_THAT(tiers.err, HasSubstr("the offline optimum replays the pool alone"));
+}
+
+TEST(KvctlReplayTest, OneOffShareReachesTheGenerator) {
+  const Json j = RunJson(With(kSmallSyntheticFlags, {"--one-off-share", "0.5"}));
+  EXPECT_EQ(j["trace"]["synthetic"]["one_off_share"], 0.5);
+  SyntheticTraceOptions o = SmallSynthetic();
+  o.one_off_share = 0.5;
+  auto trace = GenerateSyntheticTrace(o);
+  ASSERT_TRUE(trace.ok());
+  EXPECT_EQ(j["trace"]["requests"], std::ssize(*trace));
+  EXPECT_LT(std::ssize(*trace), 240);  // some conversations had one turn, not four
+  const RunResult text = RunKvctl(With(kSmallSyntheticFlags, {"--one-off-share", "0.5"}));
+  EXPECT_THAT(text.out, HasSubstr("60 conversations x 4 turns (0.50 of them 1 turn)"));
 }
 
 TEST(KvctlReplayTest, UnlimitedByDefaultAndTextSummary) {
   const Json j = RunJson(kSmallSyntheticFlags);
   EXPECT_TRUE(j["capacity_blocks"].is_null());
-  EXPECT_EQ(j["policy"], "lru");
+  EXPECT_EQ(j["policy"], "learned");  // kDefaultEvictionPolicy
   EXPECT_EQ(j["evicted_blocks"], 0);
   const RunResult text = RunKvctl(kSmallSyntheticFlags);
   ASSERT_EQ(text.exit_code, 0) << text.err;
@@ -164,7 +191,7 @@ TEST(KvctlReplayTest, SweepWritesCsvAndPng) {
   const Json j = RunJson(
       With(kSmallSyntheticFlags, {"--sweep=100,300,unlimited", "--out-dir", dir.Path("out")}));
   EXPECT_EQ(j["schema"], "kvmesh.replay_sweep/1");
-  ASSERT_EQ(j["runs"].size(), 6u);  // 3 capacities x 2 policies
+  ASSERT_EQ(j["runs"].size(), 12u);  // 3 capacities x (lru, priority-lru, learned, optimal)
   const std::string csv = ReadFile(dir.Path("out/replay_sweep.csv"));
   std::stringstream lines(csv);
   std::string line;
@@ -188,16 +215,24 @@ TEST(KvctlReplayTest, SweepWritesCsvAndPng) {
     config.tokens_per_block = kSmallTokensPerBlock;
     if (!run["capacity_blocks"].is_null())
       config.capacity_blocks = run["capacity_blocks"].get<int>();
-    config.policy = *ParseEvictionPolicy(run["policy"].get<std::string>());
+    ASSERT_TRUE(SetReplayPolicy(run["policy"].get<std::string>(), &config).ok());
     auto library = ReplayTrace(*trace, config);
     ASSERT_TRUE(library.ok());
     ExpectSameRun(run, *library);
     ++rows;
   }
-  EXPECT_EQ(rows, 6);
+  EXPECT_EQ(rows, 12);
   EXPECT_FALSE(std::getline(lines, line));
   EXPECT_EQ(j["runs"][0]["capacity_blocks"], 100);
-  EXPECT_TRUE(j["runs"][5]["capacity_blocks"].is_null());
+  EXPECT_EQ(j["runs"][0]["policy"], "lru");
+  EXPECT_EQ(j["runs"][3]["policy"], "optimal");
+  EXPECT_TRUE(j["runs"][11]["capacity_blocks"].is_null());
+  // The plot script draws every policy, the optimum dashed, and the unlimited level.
+  const std::string gp = ReadFile(dir.Path("out/replay_sweep.gp"));
+  for (const char* name :
+       {"'lru'", "'priority-lru'", "'learned'", "dt 3 title 'optimal'", "title 'unlimited'"}) {
+    EXPECT_THAT(gp, HasSubstr(name));
+  }
   if (!GnuplotAvailable()) GTEST_SKIP() << "gnuplot is not installed: PNG not checked";
   EXPECT_EQ(j["plot"], "written");
   EXPECT_EQ(j["png"], dir.Path("out/replay_sweep.png"));
@@ -260,7 +295,9 @@ TEST(KvctlReplayTest, BadInputExitsTwoWithAMessage) {
        "give at most one of --capacity-blocks and --capacity-bytes"},
       {{"replay", "--synthetic", "--capacity-blocks", "0"}, "the capacity must be at least 1"},
       {{"replay", "--synthetic", "--capacity-bytes", "1MiB"}, "holds no block"},
-      {{"replay", "--synthetic", "--policy", "fifo"}, "--policy: eviction policy 'fifo'"},
+      {{"replay", "--synthetic", "--policy", "fifo"},
+       "--policy: eviction policy 'fifo' is not one of lru, priority-lru, learned, optimal"},
+      {{"replay", "--synthetic", "--one-off-share", "1.5"}, "one_off_share 1.5"},
       {{"replay"}, "give exactly one of TRACE.jsonl and --synthetic"},
       {{"replay", bad, "--synthetic"}, "give exactly one of TRACE.jsonl and --synthetic"},
       {{"replay", "--synthetic", "--tokens-per-block", "3"}, "tokens_per_block 3"},

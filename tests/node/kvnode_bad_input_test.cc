@@ -91,9 +91,8 @@ class KvnodeBadInputTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new ScratchDir();
     auto n = KvnodeProcess::Start(
-        dir_->path(),
-        TestConfig(dir_->path(), 4096, "8MiB", "", "",
-                   "  max_connections: 48\n  max_inflight_per_connection: 4\n"));
+        dir_->path(), TestConfig(dir_->path(), 4096, "8MiB", "", "",
+                                 "  max_connections: 48\n  max_inflight_per_connection: 4\n"));
     ASSERT_TRUE(n.ok()) << n.status();
     node_ = n->release();
   }
@@ -180,8 +179,8 @@ TEST_F(KvnodeBadInputTest, UnknownTypesAndMalformedPayloadsGetErrorsAndTheConnec
   EXPECT_EQ(r1->response().id(), 41u);
   EXPECT_THAT(r1->response().error().message(), HasSubstr("unknown message type"));
   // Garbage and a truncated message under valid headers.
-  for (const std::string& payload : {std::string("\xff\xff\xff\xff\xff\xff", 6),
-                                    std::string("\x22\x10\x08\x01\x5a", 5)}) {
+  for (const std::string& payload :
+       {std::string("\xff\xff\xff\xff\xff\xff", 6), std::string("\x22\x10\x08\x01\x5a", 5)}) {
     const FrameHeaderBytes h = EncodeFrameHeader(static_cast<std::uint32_t>(payload.size()));
     std::string bytes(reinterpret_cast<const char*>(h.data()), h.size());
     bytes += payload;
@@ -243,7 +242,8 @@ TEST_F(KvnodeBadInputTest, AFloodOfConnectionsIsBoundedAndLeavesNothingBehind) {
   const pid_t pid = node_->process().pid();
   const std::int64_t rss_before = VmRssKiB(pid);
   std::vector<std::unique_ptr<RawConnection>> flood;
-  for (int i = 0; i < 200; ++i) flood.push_back(std::make_unique<RawConnection>(node_->unix_socket()));
+  for (int i = 0; i < 200; ++i)
+    flood.push_back(std::make_unique<RawConnection>(node_->unix_socket()));
   // Over max_connections (48): refused at once with a clear error.
   int refused = 0;
   for (auto& c : flood) {

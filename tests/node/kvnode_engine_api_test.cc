@@ -43,9 +43,9 @@ std::int64_t AdmitStoreRelease(NodeClient& c, std::uint64_t id, const std::vecto
 
 class KvnodeEngineApiTest : public ::testing::Test {
  protected:
-  void StartNode(const std::string& extra = "", std::int64_t max_tokens = 4096) {
-    auto n = KvnodeProcess::Start(dir_.path(), TestConfig(dir_.path(), max_tokens, "8MiB", "64MiB",
-                                                          extra));
+  void StartNode(const std::string& extra = "", const std::string& kv_cache_extra = "") {
+    auto n = KvnodeProcess::Start(
+        dir_.path(), TestConfig(dir_.path(), 4096, "8MiB", "64MiB", extra, "", kv_cache_extra));
     ASSERT_TRUE(n.ok()) << n.status();
     node_ = std::move(n).value();
   }
@@ -150,7 +150,7 @@ TEST_F(KvnodeEngineApiTest, RequestErrorsAreClearAndChangeNothing) {
 }
 
 TEST_F(KvnodeEngineApiTest, LookupSaysWhereAPrefixIsAndEventsFollowTheCache) {
-  StartNode();
+  StartNode("", "  eviction_policy: lru\n");  // so that the filler below evicts p's blocks
   auto c = node_->Connect();
   ASSERT_TRUE(c.ok());
   const std::vector<Token> p = Prompt(5, 8 * kT + 1);
@@ -183,10 +183,12 @@ TEST_F(KvnodeEngineApiTest, LookupSaysWhereAPrefixIsAndEventsFollowTheCache) {
 TEST_F(KvnodeEngineApiTest, SyntheticEngineChecksPassAndCatchACorruptBlock) {
   StartNode();
   const std::vector<std::string> workload = {
-      "--socket", node_->unix_socket(), "--secret", kTestSecret, "--synthetic",
-      "--conversations", "6", "--turns", "2", "--block-tokens", "32", "--system-prompts", "2",
-      "--system-prompt-blocks", "2", "--turn-blocks-max", "3", "--concurrency", "2",
-      "--decode-tokens", "1", "--check-all-layers"};
+      "--socket",    node_->unix_socket(),     "--secret", kTestSecret,
+      "--synthetic", "--conversations",        "6",        "--turns",
+      "2",           "--block-tokens",         "32",       "--system-prompts",
+      "2",           "--system-prompt-blocks", "2",        "--turn-blocks-max",
+      "3",           "--concurrency",          "2",        "--decode-tokens",
+      "1",           "--check-all-layers"};
   RunOutput ok = RunToCompletion(SynthPath(), workload, dir_.path() / "synth1");
   ASSERT_TRUE(ok.status.exited) << ok.err;
   EXPECT_EQ(ok.status.code, 0) << ok.out << ok.err;

@@ -89,7 +89,8 @@ TEST(KvnodeLifecycleTest, RefusesToStartWithOneClearLine) {
   ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
   std::string port_cfg = TestConfig(dir.path() / "port");
   std::filesystem::create_directories(dir.path() / "port");
-  port_cfg.replace(port_cfg.find("127.0.0.1:0"), 11, "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  port_cfg.replace(port_cfg.find("127.0.0.1:0"), 11,
+                   "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
   RunOutput port = StartExpectingFailure(dir, "port", port_cfg);
   ::close(listener);
   EXPECT_EQ(port.status.code, 1);
@@ -175,10 +176,21 @@ TEST(KvnodeLifecycleTest, SigtermUnderLoadLosesNoAcknowledgedBlock) {
 TEST(KvnodeLifecycleTest, WarmRestartServesTheLastRunsBlocksFromDisk) {
   ScratchDir dir;
   const std::string config = TestConfig(dir.path(), 4096, "8MiB", "96MiB");
-  const std::vector<std::string> synth = {
-      "--socket", (dir.path() / "kvnode.sock").string(), "--secret", kTestSecret, "--synthetic",
-      "--conversations", "10", "--turns", "2", "--block-tokens", "32", "--system-prompts", "2",
-      "--decode-tokens", "1"};
+  const std::vector<std::string> synth = {"--socket",
+                                          (dir.path() / "kvnode.sock").string(),
+                                          "--secret",
+                                          kTestSecret,
+                                          "--synthetic",
+                                          "--conversations",
+                                          "10",
+                                          "--turns",
+                                          "2",
+                                          "--block-tokens",
+                                          "32",
+                                          "--system-prompts",
+                                          "2",
+                                          "--decode-tokens",
+                                          "1"};
   {
     auto node = KvnodeProcess::Start(dir.path(), config);
     ASSERT_TRUE(node.ok()) << node.status();
@@ -191,7 +203,8 @@ TEST(KvnodeLifecycleTest, WarmRestartServesTheLastRunsBlocksFromDisk) {
   }
   auto node = KvnodeProcess::Start(dir.path(), config);
   ASSERT_TRUE(node.ok()) << node.status();
-  EXPECT_THAT((*node)->process().Stdout(), ::testing::Not(HasSubstr(", 0 blocks from earlier runs")));
+  EXPECT_THAT((*node)->process().Stdout(),
+              ::testing::Not(HasSubstr(", 0 blocks from earlier runs")));
   RunOutput second = RunToCompletion(SynthPath(), synth, dir.path() / "second");
   EXPECT_EQ(second.status.code, 0) << second.out << second.err;
   // Every prompt of the first run's first turns is now found on disk, and decoded correctly.

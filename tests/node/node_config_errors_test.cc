@@ -106,7 +106,7 @@ TEST(NodeConfigTest, BadValuesNameTheKeyAndItsLine) {
        "kvnode.yaml:2: kv_cache.kv_layout: unknown kv layout 'THD': use HND or NHD"},
       {"kv_cache:\n  eviction_policy: fifo\n",
        "kvnode.yaml:2: kv_cache.eviction_policy: eviction policy 'fifo' is not one of "
-       "priority-lru, lru"},
+       "lru, priority-lru, learned"},
       {"device: gpu\n",
        "kvnode.yaml:1: device: device 'gpu' is not one of auto, cpu, cuda, cuda:N"},
       {"kv_cache:\n  host_cache_size: lots\n",
@@ -167,6 +167,13 @@ TEST(NodeConfigTest, BadValuesNameTheKeyAndItsLine) {
        "kvnode.yaml:2: control.worker_threads: 0 must be at least 1"},
       {"control:\n  max_inflight_total: -3\n",
        "kvnode.yaml:2: control.max_inflight_total: -3 must be at least 1"},
+      {"metrics:\n  listen: 9470\n",
+       "kvnode.yaml:2: metrics.listen: '9470': expected host:port, e.g. 127.0.0.1:7420"},
+      {"metrics:\n  listen: \"localhost:99999\"\n",
+       "kvnode.yaml:2: metrics.listen: 'localhost:99999': port '99999' is not a number in "
+       "0..65535"},
+      {"metrics:\n  lisen: \"127.0.0.1:1\"\n",
+       "kvnode.yaml:2: unknown key 'lisen' in metrics (did you mean listen?)"},
       {"logging:\n  level: verbose\n",
        "kvnode.yaml:2: logging.level: 'verbose' is not one of trace, debug, info, warn, error, "
        "off"},
@@ -189,6 +196,8 @@ TEST(NodeConfigTest, EdgesOfTheAcceptedRanges) {
   EXPECT_EQ(ParseOk("control:\n  tcp_listen: \"\"\n").control.tcp_listen, "");
   EXPECT_EQ(ParseOk("control:\n  tcp_listen: \"[::1]:7420\"\n").control.tcp_listen, "[::1]:7420");
   EXPECT_EQ(ParseOk("control:\n  max_frame_size: 1GiB\n").control.max_frame_size, 1 << 30);
+  EXPECT_EQ(ParseOk("metrics:\n  listen: \"\"\n").metrics.listen, "");
+  EXPECT_EQ(ParseOk("metrics:\n  listen: \"[::1]:0\"\n").metrics.listen, "[::1]:0");
   EXPECT_EQ(ParseOk("kv_cache:\n  enable_block_reuse: False\n").kv_cache.enable_block_reuse, false);
 }
 

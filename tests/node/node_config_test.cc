@@ -99,6 +99,8 @@ control:
   max_inflight_total: 80
   io_threads: 1
   worker_threads: 16
+metrics:
+  listen: "0.0.0.0:9100"
 shutdown:
   drain_timeout: 1500
   flush_to_disk: false
@@ -144,6 +146,7 @@ NodeConfig EveryKeyExpected() {
   k.max_inflight_total = 80;
   k.io_threads = 1;
   k.worker_threads = 16;
+  e.metrics.listen = "0.0.0.0:9100";
   e.shutdown = {std::chrono::milliseconds(1500), false};
   e.logging = {"debug", "json"};
   return e;
@@ -197,6 +200,7 @@ TEST(NodeConfigTest, EveryKeySetToANonDefaultValueIsRead) {
   EXPECT_NE(k.max_inflight_total, d.control.max_inflight_total);
   EXPECT_NE(k.io_threads, d.control.io_threads);
   EXPECT_NE(k.worker_threads, d.control.worker_threads);
+  EXPECT_NE(expected.metrics.listen, d.metrics.listen);
   EXPECT_NE(expected.shutdown.drain_timeout, d.shutdown.drain_timeout);
   EXPECT_NE(expected.shutdown.flush_to_disk, d.shutdown.flush_to_disk);
   EXPECT_NE(expected.logging.level, d.logging.level);

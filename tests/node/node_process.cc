@@ -40,7 +40,8 @@ std::string SynthPath() { return KVMESH_SYNTH_PATH; }
 
 std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens,
                        const std::string& host_cache, const std::string& disk,
-                       const std::string& extra, const std::string& control_extra) {
+                       const std::string& extra, const std::string& control_extra,
+                       const std::string& kv_cache_extra) {
   std::ostringstream y;
   y << "node_id: test-node\n"
     << "data_dir: " << (dir / "data").string() << "\n"
@@ -52,7 +53,7 @@ std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens
     << "  max_tokens: " << max_tokens << "\n"
     << "  host_cache_size: " << (host_cache.empty() ? "0" : host_cache) << "\n"
     << "  secondary_offload_min_priority: 0\n"
-    << "disk_tier:\n"
+    << kv_cache_extra << "disk_tier:\n"
     << "  enabled: " << (disk.empty() ? "false" : "true") << "\n";
   if (!disk.empty()) y << "  capacity: " << disk << "\n";
   y << "control:\n"
@@ -60,7 +61,10 @@ std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens
     << "  tcp_listen: 127.0.0.1:0\n"
     << "  secret: " << kTestSecret << "\n"
     << "  handshake_timeout: 2s\n"
-    << control_extra << extra << "logging:\n  level: info\n";
+    << control_extra;
+  // The metrics endpoint on a free port, unless the caller configures it.
+  if (extra.find("metrics:") == std::string::npos) y << "metrics:\n  listen: 127.0.0.1:0\n";
+  y << extra << "logging:\n  level: info\n";
   return y.str();
 }
 
@@ -144,6 +148,7 @@ Result<std::unique_ptr<KvnodeProcess>> KvnodeProcess::Start(const std::filesyste
       auto status = (*client)->GetStatus();
       if (status.ok()) {
         p->tcp_ = status->tcp_listen();
+        p->metrics_ = status->metrics_listen();
         return p;
       }
       last = status.status();

@@ -23,12 +23,15 @@ inline constexpr const char* kTestSecret = "kvmesh-test-secret-0123456789";
 
 // A small node config for tests: `data_dir` under `dir`, the secret above, TCP on a free port,
 // qwen2.5-0.5b bf16 (12 KiB per token) in 16-token blocks capped at `max_tokens` tokens, a host
-// tier and a disk tier of the given sizes ("" = none). `extra` is added at the top level (whole
-// keys or sections), `control_extra` inside the control section ("  key: value" lines). The last
-// section is logging, so "  format: json\n" appended to the text sets the log format.
+// tier and a disk tier of the given sizes ("" = none), the metrics endpoint on a free loopback port
+// (unless `extra` has a metrics section). `extra` is added at the top level (whole keys or
+// sections), `control_extra` inside the control section and `kv_cache_extra` inside kv_cache
+// ("  key: value" lines). The last section is logging, so "  format: json\n" appended to the text
+// sets the log format.
 std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens = 4096,
                        const std::string& host_cache = "8MiB", const std::string& disk = "64MiB",
-                       const std::string& extra = "", const std::string& control_extra = "");
+                       const std::string& extra = "", const std::string& control_extra = "",
+                       const std::string& kv_cache_extra = "");
 
 struct ExitStatus {
   bool exited = false;
@@ -74,6 +77,8 @@ class KvnodeProcess {
   [[nodiscard]] ChildProcess& process() { return *process_; }
   [[nodiscard]] const std::string& unix_socket() const { return socket_; }
   [[nodiscard]] const std::string& tcp_address() const { return tcp_; }
+  // The metrics endpoint as bound ("127.0.0.1:40123"); empty when off.
+  [[nodiscard]] const std::string& metrics_address() const { return metrics_; }
   [[nodiscard]] NodeClientOptions Client(const std::string& name = "test-engine",
                                          bool tcp = false) const;
   Result<std::unique_ptr<NodeClient>> Connect(const std::string& name = "test-engine",
@@ -85,6 +90,7 @@ class KvnodeProcess {
   std::unique_ptr<ChildProcess> process_;
   std::string socket_;
   std::string tcp_;
+  std::string metrics_;
 };
 
 // Runs kvnode (e.g. --check-config, or a start that must fail) to completion.

@@ -6,7 +6,11 @@
 // operations (add, store, append, remove, clock advances, lookups) must give the same reuse
 // counts, the same successes and failures, and the same victims in the same order.
 //
-// One full-attention pool, metadata-only (no partial reuse), both policies.
+// The learned policy's order depends on what it learned, which the model does not predict: there
+// the model takes each victim from the manager and checks that it was allowed — an unpinned leaf
+// of the lowest priority among unpinned leaves — then goes on from the same state.
+//
+// One full-attention pool, metadata-only (no partial reuse), every policy.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -167,6 +171,8 @@ class ReferenceModel {
   }
 
   const std::vector<ContentId>& victims() const { return victims_; }
+  // The learned policy: victims come from here, in order, and are checked instead of chosen.
+  void set_external_victims(const std::vector<EvictedBlock>* v) { external_ = v; }
   std::int64_t free_blocks() const { return free_; }
   std::int64_t cached_blocks() const { return static_cast<std::int64_t>(entries_.size()); }
   std::int64_t evictable() const { return CountRemovable(); }
@@ -238,6 +244,10 @@ class ReferenceModel {
       --free_;
       return;
     }
+    if (external_ != nullptr) {
+      TakeExternalVictim();
+      return;
+    }
     const Key* victim = nullptr;
     std::pair<int, std::uint64_t> best{std::numeric_limits<int>::max(), 0};
     for (const auto& [k, e] : entries_) {
@@ -252,6 +262,24 @@ class ReferenceModel {
     KVMESH_CHECK(victim != nullptr) << "model: nothing to evict";
     victims_.push_back(entries_.at(*victim).id);
     entries_.erase(*victim);
+  }
+  void TakeExternalVictim() {
+    KVMESH_CHECK(consumed_ < external_->size()) << "model: the manager evicted less";
+    const ContentId id = (*external_)[consumed_++].content_id;
+    int lowest = std::numeric_limits<int>::max();
+    for (const auto& [k, e] : entries_) {
+      if (e.pins == 0 && IsLeaf(k)) lowest = std::min(lowest, e.priority);
+    }
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->second.id != id) continue;
+      EXPECT_EQ(it->second.pins, 0) << "evicted a pinned block";
+      EXPECT_TRUE(IsLeaf(it->first)) << "evicted a parent before its children";
+      EXPECT_EQ(it->second.priority, lowest) << "evicted above the lowest evictable priority";
+      victims_.push_back(id);
+      entries_.erase(it);
+      return;
+    }
+    ADD_FAILURE() << "evicted a block that is not cached: " << id.ToHex();
   }
   void Expire(std::int64_t now) {
     for (auto& [k, e] : entries_) {
@@ -268,6 +296,8 @@ class ReferenceModel {
   std::map<Key, Entry> entries_;
   std::map<std::uint64_t, Seq> seqs_;
   std::vector<ContentId> victims_;
+  const std::vector<EvictedBlock>* external_ = nullptr;
+  std::size_t consumed_ = 0;
   std::uint64_t stamp_ = 0;
   std::uint64_t uid_ = 0;
 };
@@ -281,6 +311,10 @@ class Driver {
     env.eviction_listener = &listener_;
     env.hash_seed = seed + 1;
     manager_ = testing::MakeManager(Config(policy), env);
+    if (policy == EvictionPolicyKind::kLearned) {
+      model_.set_external_victims(&listener_.evicted);
+      manager_first_ = true;
+    }
     for (auto& base : bases_) {
       base.resize(24);
       for (Token& t : base) t = Token(1 + rng_() % 3);
@@ -368,8 +402,10 @@ class Driver {
     const Key prompt = RandomPrompt();
     const SequenceOptions o = RandomOptions(static_cast<std::int64_t>(prompt.size()));
     const std::uint64_t id = next_id_++;
+    std::optional<Result<AddSequenceResult>> first;
+    if (manager_first_) first = manager_->AddSequence(RequestId{id}, prompt, o);
     const auto want = model_.Add(id, prompt, o, Now());
-    const auto got = manager_->AddSequence(RequestId{id}, prompt, o);
+    const auto got = first ? std::move(*first) : manager_->AddSequence(RequestId{id}, prompt, o);
     ASSERT_EQ(got.ok(), want.has_value()) << got.status();
     if (!got.ok()) {
       ASSERT_TRUE(got.status().IsResourceExhausted()) << got.status();
@@ -391,8 +427,10 @@ class Driver {
     const std::uint64_t id = RandomRunning();
     Key tokens(1 + rng_() % 6);
     for (Token& t : tokens) t = Token(1 + rng_() % 3);
+    std::optional<Result<AppendResult>> first;
+    if (manager_first_) first = manager_->AppendTokens(RequestId{id}, tokens);
     const bool want = model_.Append(id, tokens, Now());
-    const auto got = manager_->AppendTokens(RequestId{id}, tokens);
+    const auto got = first ? std::move(*first) : manager_->AppendTokens(RequestId{id}, tokens);
     ASSERT_EQ(got.ok(), want) << got.status();
   }
   void Remove() {
@@ -417,6 +455,7 @@ class Driver {
   std::unique_ptr<BlockManager> manager_;
   std::vector<Key> bases_ = std::vector<Key>(5);
   std::uint64_t next_id_ = 1;
+  bool manager_first_ = false;  // the model checks the manager's victims (learned)
   std::uint64_t reused_ = 0;
   std::size_t evictions_ = 0;
 };
@@ -441,9 +480,14 @@ TEST_P(BlockManagerModelTest, MatchesTheReferenceModel) {
 
 INSTANTIATE_TEST_SUITE_P(Policies, BlockManagerModelTest,
                          ::testing::Values(EvictionPolicyKind::kPriorityLru,
-                                           EvictionPolicyKind::kLru),
+                                           EvictionPolicyKind::kLru, EvictionPolicyKind::kLearned),
                          [](const auto& info) {
-                           return info.param == EvictionPolicyKind::kLru ? "Lru" : "PriorityLru";
+                           switch (info.param) {
+                             case EvictionPolicyKind::kLru: return "Lru";
+                             case EvictionPolicyKind::kPriorityLru: return "PriorityLru";
+                             case EvictionPolicyKind::kLearned: return "Learned";
+                           }
+                           return "Unknown";
                          });
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Trace replay: small traces whose hit rates and evictions are worked out by hand, unlimited vs
-// limited capacity, LRU vs priority-LRU, rejected requests, the tier hooks and progress. The
-// Mooncake figures are in trace_replay_mooncake_test.cc.
+// limited capacity, LRU vs priority-LRU vs learned, rejected requests, the tier hooks and progress.
+// The Mooncake figures are in trace_replay_mooncake_test.cc.
 #include "pool/trace_replay.h"
 
 #include <gtest/gtest.h>
@@ -233,6 +233,44 @@ TEST(TraceReplayTest, SyntheticUnlimitedMatchesTheReferenceAndBoundsTheLimited) 
   const ReplayResult big = Replay(*trace, Config(unlimited.cached_blocks));
   EXPECT_EQ(big.reused_blocks, unlimited.reused_blocks);
   EXPECT_EQ(big.evicted_blocks, 0);
+}
+
+// The replay's priority-lru ranges are decided by position (the first block is "the system
+// prompt"), which hurts where first blocks are many and short-lived; the learned policy gets no
+// ranges and infers from what the manager observes: never-reused partial tails go first, a prompt
+// that is reused stays. It must not lose to LRU on either shape (the issue's example, scaled
+// down: 400 conversations each with its own one-block prompt), and gains where tails are dead.
+TEST(TraceReplayTest, LearnedInfersFromObservationNotPosition) {
+  SyntheticTraceOptions many;
+  many.system_prompts = 400;
+  many.system_prompt_blocks = 1;
+  many.turns = 3;
+  many.conversations = 400;
+  many.concurrency = 64;
+  auto trace = GenerateSyntheticTrace(many);
+  ASSERT_TRUE(trace.ok());
+  for (std::int64_t capacity : {200, 400}) {
+    SCOPED_TRACE(capacity);
+    const double lru = Replay(*trace, Config(capacity, EvictionPolicyKind::kLru)).hit_rate();
+    const double position =
+        Replay(*trace, Config(capacity, EvictionPolicyKind::kPriorityLru)).hit_rate();
+    const ReplayResult learned = Replay(*trace, Config(capacity, EvictionPolicyKind::kLearned));
+    EXPECT_LT(position, lru);
+    EXPECT_GT(learned.hit_rate(), lru);
+    // No retention ranges: every cached block is at the default priority.
+    EXPECT_EQ(learned.stats.pools[0].cached_by_priority[kDefaultPriority], capacity);
+  }
+  SyntheticTraceOptions whole;  // no partial tails: nothing to learn about tails
+  whole.conversations = 120;
+  whole.partial_tail = false;
+  trace = GenerateSyntheticTrace(whole);
+  ASSERT_TRUE(trace.ok());
+  for (std::int64_t capacity : {150, 600}) {
+    const double lru = Replay(*trace, Config(capacity, EvictionPolicyKind::kLru)).hit_rate();
+    const double learned =
+        Replay(*trace, Config(capacity, EvictionPolicyKind::kLearned)).hit_rate();
+    EXPECT_GE(learned, lru - 0.005) << capacity;
+  }
 }
 
 TEST(TraceReplayTest, HitRateDoesNotDependOnTokensPerBlock) {

@@ -455,6 +455,43 @@ TEST(SyntheticTraceTest, InterleavesConversations) {
   EXPECT_LT(extends, 40);
 }
 
+// One-off conversations have a single turn: with share 0.5 about half of the 400 conversations
+// send one request, the others all their turns; nothing of a one-off but its system prompt is
+// ever sent again. Share 0 draws nothing, so such traces are what they were without the option.
+TEST(SyntheticTraceTest, OneOffShareGivesSingleTurnConversations) {
+  SyntheticTraceOptions o;
+  o.conversations = 400;
+  o.turns = 5;
+  o.partial_tail = false;
+  const auto none = Generate(o);
+  EXPECT_EQ(none.size(), 2000u);
+  SyntheticTraceOptions zero = o;
+  zero.one_off_share = 0.0;
+  EXPECT_EQ(Generate(zero), none);
+  o.one_off_share = 0.5;
+  const auto trace = Generate(o);
+  // requests = one-offs + 5 * (400 - one-offs)
+  ASSERT_EQ((2000 - trace.size()) % 4, 0u);
+  const std::size_t one_offs = (2000 - trace.size()) / 4;
+  EXPECT_GT(one_offs, 150u);
+  EXPECT_LT(one_offs, 250u);
+  // A request no later request extends (beyond its system prompt) ends a conversation: the 400
+  // conversations end 400 times.
+  std::size_t ends = 0;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    bool extended = false;
+    for (std::size_t j = i + 1; j < trace.size() && !extended; ++j) {
+      const auto& a = trace[i].hash_ids;
+      const auto& b = trace[j].hash_ids;
+      extended = b.size() > a.size() && std::equal(a.begin(), a.end(), b.begin());
+    }
+    ends += extended ? 0 : 1;
+  }
+  EXPECT_EQ(ends, 400u);
+  o.turns = 1;
+  EXPECT_EQ(Generate(o).size(), 400u);
+}
+
 TEST(SyntheticTraceTest, ValidatesOptions) {
   auto bad = [](auto edit, const std::string& field) {
     SyntheticTraceOptions o;
@@ -471,6 +508,8 @@ TEST(SyntheticTraceTest, ValidatesOptions) {
   bad([](SyntheticTraceOptions& o) { o.concurrency = 0; }, "concurrency");
   bad([](SyntheticTraceOptions& o) { o.system_prompts = -1; }, "system_prompts");
   bad([](SyntheticTraceOptions& o) { o.block_tokens = 1; }, "block_tokens");
+  bad([](SyntheticTraceOptions& o) { o.one_off_share = -0.1; }, "one_off_share");
+  bad([](SyntheticTraceOptions& o) { o.one_off_share = 1.5; }, "one_off_share");
   SyntheticTraceOptions no_prompts;
   no_prompts.system_prompts = 0;
   no_prompts.conversations = 3;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "store/rocksdb_tier.h"
@@ -27,7 +28,8 @@ HostTierPool PoolOf(const Shape& s, TierPoolId id, double share = 0) {
 }
 
 std::unique_ptr<HostTier> MakeTier(const Shape& s, std::int64_t slots,
-                                   TierEvictionSink sink = nullptr) {
+                                   TierEvictionSink sink = nullptr,
+                                   EvictionPolicyKind policy = EvictionPolicyKind::kPriorityLru) {
   auto codec = BundleCodec::Create(LayoutOf(s.geometry), s.pool_scale);
   KVMESH_CHECK(codec.ok());
   HostTierOptions o;
@@ -35,6 +37,7 @@ std::unique_ptr<HostTier> MakeTier(const Shape& s, std::int64_t slots,
   o.pools = {PoolOf(s, kPool)};
   o.memory = HostMemoryKind::kAligned;
   o.on_evict = std::move(sink);
+  o.eviction_policy = policy;
   auto tier = HostTier::Create(std::move(o));
   KVMESH_CHECK(tier.ok()) << tier.status().ToString();
   return std::move(*tier);
@@ -137,6 +140,38 @@ TEST(HostTier, EvictsLowestPriorityThenLeastRecentlyUsed) {
   EXPECT_EQ(st.entries, 4);
   EXPECT_TRUE(tier->Put(kPool, IdFor(9), src.view(), 0, 101).IsInvalidArgument());
   EXPECT_TRUE(tier->Put(kPool, IdFor(9), src.view(), 0, -1).IsInvalidArgument());
+}
+
+// The learned policy in the tier: 4 hot blocks read back every round, 40 cold blocks written once
+// and never read. 40 writes flush 16 slots, so LRU never finds a hot block; the learned policy
+// sees that blocks read before are read again (the ghost remembers them across their evictions)
+// and keeps them. Priorities stay first: a cold block at 60 outlives everything at 35.
+TEST(HostTier, LearnedPolicyKeepsWhatIsReadAgain) {
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  TestPool src(layout, 1, 1.0f), dst(layout, 1, 1.0f);
+  src.Fill(0, 1);
+  std::map<EvictionPolicyKind, int> hits;
+  for (EvictionPolicyKind policy :
+       {EvictionPolicyKind::kPriorityLru, EvictionPolicyKind::kLearned}) {
+    auto tier = MakeTier(Small(), 16, nullptr, policy);
+    ASSERT_TRUE(tier->Put(kPool, IdFor(999999), src.view(), 0, 60).ok());
+    std::uint64_t cold = 1000;
+    for (int round = 0; round < 60; ++round) {
+      for (std::uint64_t h = 0; h < 4; ++h) {
+        if (tier->Get(kPool, IdFor(h), dst.view(), 0).ok()) {
+          hits[policy] += round >= 10 ? 1 : 0;
+        } else {
+          ASSERT_TRUE(tier->Put(kPool, IdFor(h), src.view(), 0, 35).ok());
+        }
+      }
+      for (int c = 0; c < 40; ++c) {
+        ASSERT_TRUE(tier->Put(kPool, IdFor(cold++), src.view(), 0, 35).ok());
+      }
+    }
+    EXPECT_TRUE(tier->Contains(kPool, IdFor(999999))) << EvictionPolicyName(policy);
+  }
+  EXPECT_EQ(hits[EvictionPolicyKind::kPriorityLru], 0);
+  EXPECT_GE(hits[EvictionPolicyKind::kLearned], 160);  // of 200 in the last 50 rounds
 }
 
 TEST(HostTier, BlocksBeingWrittenAreNeverVictims) {

@@ -1,0 +1,56 @@
+#include "node/flush.h"
+
+#include "common/log.h"
+
+namespace kvmesh {
+
+std::int64_t FlushToDiskTier(TieredCache& cache, int min_priority, std::int64_t* failures) {
+  OffloadEngine& engine = cache.engine();
+  RocksDbTier* disk = engine.disk();
+  if (disk == nullptr) return 0;
+  const std::vector<KvPoolView>& views = engine.pools();
+  std::int64_t written = 0;
+  const auto put = [&](const Status& st) {
+    if (st.ok()) {
+      ++written;
+    } else {
+      ++*failures;
+      KVMESH_LOG_WARN("flush to disk failed error {}", st.ToString());
+    }
+  };
+  std::uint64_t cursor = 0;
+  do {
+    const CachedBlockPage page = cache.manager().ListCachedBlocks(cursor, 4096);
+    for (const CachedBlockInfo& b : page.blocks) {
+      if (b.priority < min_priority) continue;
+      bool missing = false;
+      for (int p = 0; p < engine.num_pools(); ++p) {
+        missing |= b.block_ids[p] >= 0 && !disk->Contains(TierPoolId{p}, b.content_id);
+      }
+      if (!missing) continue;
+      // Pinned while read: not evicted or reused meanwhile. Gone since the listing: skipped.
+      Result<PinnedBlocks> pinned = cache.manager().PinByContentId(b.content_id);
+      if (!pinned.ok()) continue;
+      Result<CachedBlockInfo> now = cache.manager().FindBlock(b.content_id);  // its pinned blocks
+      if (!now.ok()) continue;
+      for (int p = 0; p < engine.num_pools(); ++p) {
+        const TierPoolId pool{p};
+        if (now->block_ids[p] < 0 || disk->Contains(pool, b.content_id)) continue;
+        put(disk->Put(pool, b.content_id, views[p], now->block_ids[p], now->priority));
+      }
+    }
+    cursor = page.next_cursor;
+  } while (cursor != 0);
+  if (HostTier* host = engine.host(); host != nullptr) {
+    for (int p = 0; p < engine.num_pools(); ++p) {
+      host->ForEachBlock(TierPoolId{p}, [&](const EvictedBundle& b) {
+        if (b.priority < min_priority || disk->Contains(b.pool, b.id)) return;
+        put(disk->PutBundle(b.pool, b.id, b.bundle, b.priority));
+      });
+    }
+  }
+  engine.Drain();
+  return written;
+}
+
+}  // namespace kvmesh

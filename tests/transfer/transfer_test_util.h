@@ -1,0 +1,82 @@
+// Shared pieces of the transfer tests: the transports under test, engine pairs on loopback,
+// byte patterns that make every slice's bytes distinct and checkable, hex for worker addresses,
+// and a child process with line pipes (the peer helper).
+//
+// Thread safety: as each type says; the free functions are pure.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/aligned_buffer.h"
+#include "transfer/transfer_engine.h"
+
+namespace kvmesh::transfer_test {
+
+struct Transport {
+  const char* name;     // "tcp", "shm"
+  const char* tls;      // UCX_TLS
+  const char* devices;  // UCX_NET_DEVICES ("" = any)
+};
+inline constexpr Transport kTcp{"tcp", "tcp", "lo"};
+inline constexpr Transport kShm{"shm", "posix,cma", ""};
+
+TransferEngineOptions OptionsFor(const Transport& transport, const Clock* clock = nullptr);
+
+// Two engines connected both ways (a = PeerId 1 as seen by b, b = PeerId 2 as seen by a). Empty
+// with `skip_reason` set when the transport is unavailable here.
+struct EnginePair {
+  std::unique_ptr<TransferEngine> a, b;
+  std::string skip_reason;
+};
+inline constexpr PeerId kPeerA{1};
+inline constexpr PeerId kPeerB{2};
+EnginePair MakeEnginePair(const Transport& transport, const Clock* clock = nullptr);
+
+// Fills / checks `length` bytes with the pattern of (seed, slice): distinct for every pair.
+void FillPattern(std::byte* data, std::size_t length, std::uint64_t seed, std::uint64_t slice);
+// The offset of the first byte that differs from the pattern, or nothing.
+std::optional<std::size_t> FindPatternMismatch(const std::byte* data, std::size_t length,
+                                               std::uint64_t seed, std::uint64_t slice);
+// True when all `length` bytes equal `value`.
+bool AllBytesAre(const std::byte* data, std::size_t length, std::byte value);
+
+std::string ToHex(const WorkerAddress& address);
+std::optional<WorkerAddress> FromHex(const std::string& hex);
+
+AlignedBuffer MustAllocate(std::size_t size, std::byte fill);
+
+// A child process with its stdin and stdout on pipes. The destructor kills it (SIGKILL) if it is
+// still running and reaps it, so a failing test never leaves it behind.
+class ChildProcess {
+ public:
+  static std::unique_ptr<ChildProcess> Spawn(const std::vector<std::string>& argv);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  bool WriteLine(const std::string& line);
+  // The next line of its stdout (without the newline), or nothing after `timeout` or at EOF.
+  std::optional<std::string> ReadLine(std::chrono::milliseconds timeout);
+  void Signal(int signal_number);
+  // Kills with SIGKILL and reaps. Idempotent.
+  void Kill();
+
+ private:
+  ChildProcess(pid_t pid, int in_fd, int out_fd) : pid_(pid), in_fd_(in_fd), out_fd_(out_fd) {}
+  pid_t pid_;
+  int in_fd_;
+  int out_fd_;
+  bool reaped_ = false;
+  std::string buffer_;
+};
+
+}  // namespace kvmesh::transfer_test
