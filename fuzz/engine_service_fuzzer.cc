@@ -1,6 +1,8 @@
 // Fuzz target engine_service: the request dispatch of node/engine_service.h
 // (EngineService::Handle) on a real small node core (fuzz/node_rig.h: pools in shared memory, a
-// TieredCache with a host tier), driven by arbitrary rpc::Request messages.
+// TieredCache with a host tier, the OperatorService), driven by arbitrary rpc::Request messages:
+// the engine's requests and the operator's (Pools, ListBlocks, Tree, InspectBlock, Stats, Evict,
+// Flush, EngineReport).
 //
 // Input: [options u8][frames...] — the bytes a client sends after the handshake: frames
 // (node/frame.h, limit 4 MiB) decoded by a FrameDecoder; the Request of each (other frames are
@@ -38,6 +40,14 @@ rpc::Response::BodyCase ExpectedBody(rpc::Request::BodyCase c) {
     case rpc::Request::kLookup: return rpc::Response::kLookup;
     case rpc::Request::kPollEvents: return rpc::Response::kEvents;
     case rpc::Request::kStatus: return rpc::Response::kStatus;
+    case rpc::Request::kPools: return rpc::Response::kPools;
+    case rpc::Request::kListBlocks: return rpc::Response::kListBlocks;
+    case rpc::Request::kTree: return rpc::Response::kTree;
+    case rpc::Request::kInspectBlock: return rpc::Response::kInspectBlock;
+    case rpc::Request::kStats: return rpc::Response::kStats;
+    case rpc::Request::kEvict: return rpc::Response::kEvict;
+    case rpc::Request::kFlush: return rpc::Response::kFlush;
+    case rpc::Request::kEngineReport: return rpc::Response::kEngineReport;
     default: return rpc::Response::BODY_NOT_SET;
   }
 }

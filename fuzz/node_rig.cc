@@ -61,7 +61,7 @@ NodeRig::NodeRig(const NodeRigOptions& o) {
   KVMESH_CHECK(created.ok()) << created.status().ToString();
   cache_ = std::move(created).value();
 
-  NodeDescription d;
+  NodeDescription& d = description_;
   d.node_id = "fuzz";
   d.version = "0";
   d.device = "cpu";
@@ -71,11 +71,24 @@ NodeRig::NodeRig(const NodeRigOptions& o) {
   d.num_layers = 2;
   d.num_attention_heads = 4;
   d.enable_block_reuse = o.enable_block_reuse;
-  service_ = std::make_unique<EngineService>(d, cache_.get(), &pools_);
+  metrics_ = std::make_unique<NodeMetrics>();
+  OperatorContext oc;
+  oc.description = &description_;
+  oc.plan = &plan_;
+  oc.pools = &pools_;
+  oc.cache = cache_.get();
+  oc.metrics = metrics_.get();
+  oc.eviction_policy = std::string(EvictionPolicyName(o.policy));
+  oc.offload_min_priority = 0;
+  operator_ = std::make_unique<OperatorService>(std::move(oc));
+  service_ = std::make_unique<EngineService>(description_, cache_.get(), &pools_);
+  service_->SetMetrics(metrics_.get());
+  service_->SetOperator(operator_.get());
 }
 
 NodeRig::~NodeRig() {
   service_.reset();
+  operator_.reset();
   cache_.reset();  // before the pools it points into
 }
 

@@ -1,7 +1,9 @@
 // NodeRig: a small real kvnode core for the fuzz targets that drive requests — the pools of a
 // two-layer model (one full-attention layer, one sliding-window layer: two pools) in host shared
 // memory, a TieredCache over them (block manager, host tier, optionally a RocksDB tier) and the
-// EngineService on top, as node/node.cc assembles them, only smaller: 4 tokens per block and
+// EngineService on top with its metrics and the OperatorService for the operator's requests
+// (Pools, ListBlocks, Tree, InspectBlock, Stats, Evict, Flush, EngineReport), as node/node.cc
+// assembles them, only smaller: 4 tokens per block and
 // 32 blocks per pool, so that a short input already fills the pools, evicts, offloads and
 // restores.
 //
@@ -14,7 +16,9 @@
 #include "common/clock.h"
 #include "common/thread_pool.h"
 #include "node/engine_service.h"
+#include "node/node_metrics.h"
 #include "node/node_pools.h"
+#include "node/operator_service.h"
 #include "store/tiered_cache.h"
 
 namespace kvmesh::fuzz {
@@ -47,6 +51,9 @@ class NodeRig {
   PoolPlan plan_;
   NodePools pools_;
   std::unique_ptr<TieredCache> cache_;
+  NodeDescription description_;
+  std::unique_ptr<NodeMetrics> metrics_;
+  std::unique_ptr<OperatorService> operator_;
   std::unique_ptr<EngineService> service_;
 };
 

@@ -149,6 +149,61 @@ std::string EvictAndRestore() {
   return s;
 }
 
+// The operator's requests (kvctl pools, blocks, tree, inspect, stats, evict, flush) over a pool
+// that an engine filled first, as kvctl sends them (node/operator_service.h).
+std::string OperatorSession() {
+  std::string s;
+  std::uint64_t id = 1;
+  for (int i = 0; i < 3; ++i) {
+    const auto r = static_cast<std::uint64_t>(300 + i);
+    s += Framed(Admit(id++, r, Prompt(24, 500 * (i + 1)), i == 0));
+    s += Framed(Store(id++, r));
+    s += Framed(Release(id++, r));
+  }
+  auto op = [&id](auto fill) {
+    rpc::Frame f = Request(id++);
+    fill(f.mutable_request());
+    return Framed(f);
+  };
+  s += op([](rpc::Request* q) { q->mutable_pools(); });
+  s += op([](rpc::Request* q) {
+    rpc::ListBlocksRequest* l = q->mutable_list_blocks();
+    l->set_limit(4);
+    l->set_tiers(true);
+  });
+  s += op([](rpc::Request* q) {
+    rpc::ListBlocksRequest* l = q->mutable_list_blocks();
+    l->set_cursor(2);
+    l->set_pool(1);
+    l->set_min_priority(10);
+    l->set_max_priority(90);
+  });
+  s += op([](rpc::Request* q) { q->mutable_tree(); });
+  s += op([](rpc::Request* q) {
+    rpc::TreeRequest* t = q->mutable_tree();
+    t->set_prefix("a");
+    t->set_max_depth(2);
+    t->set_max_nodes(8);
+  });
+  s += op([](rpc::Request* q) { q->mutable_inspect_block()->set_content_id("3"); });
+  s += op([](rpc::Request* q) { q->mutable_stats(); });
+  s += op([](rpc::Request* q) {
+    rpc::EvictRequest* e = q->mutable_evict();
+    e->set_below_priority(50);
+    e->set_dry_run(true);
+  });
+  s += op([](rpc::Request* q) { q->mutable_evict()->set_content_id("c"); });
+  s += op([](rpc::Request* q) { q->mutable_flush(); });
+  s += op([](rpc::Request* q) {
+    rpc::EngineReportRequest* e = q->mutable_engine_report();
+    e->set_requests(3);
+    e->set_checks(3);
+  });
+  s += Framed(Lookup(id++, Prompt(24, 500)));
+  s += Framed(Simple(id++, 1));
+  return s;
+}
+
 void FrameDecoderSeeds() {
   const std::string session = EngineSession();
   rpc::Frame hello;
@@ -215,6 +270,8 @@ void EngineServiceSeeds() {
   Write("engine_service", "evict_restore", std::string(1, '\x00') + EvictAndRestore());
   Write("engine_service", "evict_no_host", std::string(1, '\x10') + EvictAndRestore());
   Write("engine_service", "no_reuse", std::string(1, '\x06') + EngineSession());
+  Write("engine_service", "operator", std::string(1, '\x00') + OperatorSession());
+  Write("engine_service", "operator_lru_no_host", std::string(1, '\x18') + OperatorSession());
 }
 
 std::string AuthRequestBytes(const std::string& secret, const std::string& server_nonce,
@@ -261,6 +318,9 @@ void HandshakeSeeds() {
   bad_header[6] = '\x01';  // flags
   Write("control_handshake", "bad_header_after_auth",
         std::string(1, '\x01') + kvctl + std::string(1, '\x01') + bad_header);
+  const std::string operator_role(1, static_cast<char>(rpc::CLIENT_ROLE_OPERATOR));
+  Write("control_handshake", "operator",
+        std::string(1, '\x01') + kvctl + operator_role + OperatorSession());
   Write("control_handshake", "subscribe",
         std::string(1, '\x01') + kvctl + std::string(1, '\x01') + Framed(Simple(1, 3)) +
             EngineSession());
