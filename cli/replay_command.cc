@@ -155,6 +155,12 @@ Result<std::vector<TraceRequest>> LoadTrace(const ReplayOptions& o, ReplaySource
     source->path = o.trace;
     KVMESH_ASSIGN_OR_RETURN(trace, ReadTrace(o.trace, limit));
   }
+  if (trace.empty()) {  // a hit rate of 0 over nothing is no result
+    return Status::InvalidArgument(StrCat(limit && *limit == 0
+                                              ? std::string("--limit 0 leaves no request")
+                                              : StrCat("trace ", o.trace, " has no requests"),
+                                          ": nothing to replay"));
+  }
   if (!o.write_trace.empty()) {
     KVMESH_RETURN_IF_ERROR(WriteTrace(o.write_trace, trace));
     source->written_to = o.write_trace;

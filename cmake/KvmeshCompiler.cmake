@@ -34,3 +34,13 @@ if(KVMESH_SANITIZE)
   add_compile_options(-fsanitize=${KVMESH_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=all)
   add_link_options(-fsanitize=${KVMESH_SANITIZE})
 endif()
+
+# KVMESH_FUZZ (fuzz/, docs/fuzzing.md): every object gets libFuzzer's coverage instrumentation, so
+# that the fuzzers see the branches of the code they drive; only the fuzz executables link the
+# libFuzzer runtime (-fsanitize=fuzzer, in fuzz/CMakeLists.txt).
+if(KVMESH_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "KVMESH_FUZZ needs clang (-DCMAKE_CXX_COMPILER=clang++)")
+  endif()
+  add_compile_options("$<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>")
+endif()

@@ -3,6 +3,7 @@
 // One table per section lists its keys with the reader of each; a map is read pair by pair, so
 // duplicate keys (which yaml-cpp keeps) and unknown keys are seen, and every key's line is
 // recorded for the errors of the checks that run after reading (FindConfigProblem).
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <span>
+#include <sstream>
 #include <vector>
 
 #include "common/strings.h"
@@ -513,23 +515,76 @@ Status ReadMap(const YAML::Node& map, std::string_view section, std::span<const 
   return Status::Ok();
 }
 
-Status ReadDocument(std::string_view yaml_text, Reader& reader, NodeConfig& config) {
-  std::vector<YAML::Node> documents;
+// Where each document of a YAML stream starts (the mark of its first node), without building it.
+class DocumentStarts final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;
+
+  void OnDocumentStart(const YAML::Mark& /*mark*/) override { first_ = true; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t /*anchor*/) override { Node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t /*anchor*/) override { Node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string& /*tag*/, YAML::anchor_t /*anchor*/,
+                const std::string& /*value*/) override {
+    Node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string& /*tag*/,
+                       YAML::anchor_t /*anchor*/, YAML::EmitterStyle::value /*style*/) override {
+    Node(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string& /*tag*/, YAML::anchor_t /*anchor*/,
+                  YAML::EmitterStyle::value /*style*/) override {
+    Node(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& mark) {
+    if (first_) starts.push_back(mark);
+    first_ = false;
+  }
+  bool first_ = false;
+};
+
+// The one document of the text (null when there is none). Not YAML::LoadAll: yaml-cpp 0.7 (Debian
+// 12) loops on a token that no node starts with, such as a ',' outside brackets (the text ","):
+// each document it reads there is an empty one that does not consume the token, and LoadAll
+// appends them without end, allocating until the process dies (yaml-cpp issue 1040, fixed after
+// 0.8; found by fuzz/node_config). So the stream is read for at most two documents, and a second
+// one that starts where the first did is that token, reported as invalid YAML.
+Result<YAML::Node> LoadOneDocument(const std::string& text, const Reader& reader) {
   try {
-    documents = YAML::LoadAll(std::string(yaml_text));
+    std::istringstream in(text);
+    YAML::Parser parser(in);
+    DocumentStarts events;
+    for (int i = 0; i < 2 && parser.HandleNextDocument(events); ++i) {
+    }
+    if (events.starts.size() > 1) {
+      const YAML::Mark& second = events.starts[1];
+      const int line = second.line >= 0 ? second.line + 1 : 0;
+      if (second.pos == events.starts[0].pos) {
+        const auto at = static_cast<std::size_t>(std::max(second.pos, 0));
+        return reader.ErrorAt(line, StrCat("invalid YAML: unexpected '",
+                                           at < text.size() ? text.substr(at, 1) : "", "'"));
+      }
+      return reader.ErrorAt(line, "a second YAML document (after ---): a config is one document");
+    }
+    return YAML::Load(text);
   } catch (const YAML::Exception& e) {
     return reader.ErrorAt(e.mark.line >= 0 ? e.mark.line + 1 : 0, StrCat("invalid YAML: ", e.msg));
   }
-  if (documents.size() > 1) {
-    return reader.ErrorAt(LineOf(documents[1]),
-                          "a second YAML document (after ---): a config is one document");
+}
+
+Status ReadDocument(std::string_view yaml_text, Reader& reader, NodeConfig& config) {
+  KVMESH_ASSIGN_OR_RETURN(const YAML::Node document,
+                          LoadOneDocument(std::string(yaml_text), reader));
+  if (!document.IsDefined() || document.IsNull()) return Status::Ok();
+  if (!document.IsMap()) {
+    return reader.ErrorAt(LineOf(document),
+                          StrCat("expected a map of keys, got ", Describe(document)));
   }
-  if (documents.empty() || documents[0].IsNull()) return Status::Ok();
-  if (!documents[0].IsMap()) {
-    return reader.ErrorAt(LineOf(documents[0]),
-                          StrCat("expected a map of keys, got ", Describe(documents[0])));
-  }
-  return ReadMap(documents[0], "", kTopLevelFields, reader, config);
+  return ReadMap(document, "", kTopLevelFields, reader, config);
 }
 
 }  // namespace

@@ -345,6 +345,12 @@ Result<ModelSpec> ParseHfConfig(std::string_view json_text, std::string_view sou
     const auto tag_end = what.find("] ");
     if (tag_end != std::string::npos) what = what.substr(tag_end + 2);
     return Status::InvalidArgument(StrCat(source, ": not valid JSON (byte ", e.byte, "): ", what));
+  } catch (const Json::exception& e) {
+    // E.g. out_of_range.406 for a number beyond a double ("1e400"): found by fuzz/hf_config.
+    std::string what = e.what();
+    const auto tag_end = what.find("] ");
+    if (tag_end != std::string::npos) what = what.substr(tag_end + 2);
+    return Status::InvalidArgument(StrCat(source, ": not valid JSON: ", what));
   }
   if (!top.is_object()) {
     return Status::InvalidArgument(

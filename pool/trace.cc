@@ -99,7 +99,9 @@ std::string FormatTraceLine(const TraceRequest& request) {
   return out;
 }
 
-Result<TraceReader> TraceReader::Open(const std::string& path) {
+Result<TraceReader> TraceReader::Open(const std::string& path, std::size_t max_line_bytes,
+                                      std::size_t chunk_bytes) {
+  KVMESH_CHECK(max_line_bytes > 0 && chunk_bytes > 0);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     return Status::NotFound(StrCat("trace file ", path, " does not exist"));
@@ -111,21 +113,66 @@ Result<TraceReader> TraceReader::Open(const std::string& path) {
   if (!in->is_open()) {
     return Status::IoError(StrCat("cannot open trace file ", path, ": ", std::strerror(errno)));
   }
-  return TraceReader(path, std::move(in));
+  return TraceReader(path, std::move(in), max_line_bytes, chunk_bytes);
+}
+
+Result<bool> TraceReader::ReadLine() {
+  line_.clear();
+  bool any = false;  // a byte of this line was read (a last line may lack its newline)
+  while (true) {
+    if (chunk_pos_ == chunk_.size()) {
+      chunk_.resize(chunk_bytes_);
+      in_->read(chunk_.data(), static_cast<std::streamsize>(chunk_.size()));
+      chunk_.resize(static_cast<std::size_t>(in_->gcount()));
+      chunk_pos_ = 0;
+      if (chunk_.empty()) {
+        if (in_->bad()) {
+          return Status::IoError(StrCat(path_, ":", line_number_ + 1, ": read error"));
+        }
+        return any;
+      }
+    }
+    const auto begin = chunk_.begin() + static_cast<std::ptrdiff_t>(chunk_pos_);
+    const auto newline = std::find(begin, chunk_.end(), '\n');
+    const auto take = static_cast<std::size_t>(newline - begin);
+    if (line_.size() + take > max_line_bytes_) {
+      return Status::InvalidArgument(
+          StrCat(path_, ":", line_number_ + 1, ": line longer than ", max_line_bytes_, " bytes"));
+    }
+    if (line_.size() + take > line_.capacity()) {
+      // Geometric growth, capped at the bound (vector's reserve is exact; a string's may double).
+      line_.reserve(std::min(max_line_bytes_, std::max(2 * line_.capacity(), line_.size() + take)));
+    }
+    line_.insert(line_.end(), begin, newline);
+    any = true;
+    chunk_pos_ += take;
+    if (newline != chunk_.end()) {
+      ++chunk_pos_;  // the newline
+      return true;
+    }
+  }
 }
 
 Result<std::optional<TraceRequest>> TraceReader::Next() {
-  while (std::getline(*in_, line_)) {
+  if (!failed_.ok()) return failed_;
+  while (true) {
+    Result<bool> line = ReadLine();
+    if (!line.ok()) {
+      failed_ = line.status();
+      line_number_ += 1;
+      return failed_;
+    }
+    if (!*line) return std::optional<TraceRequest>();
     ++line_number_;
-    if (IsBlank(line_)) continue;
-    KVMESH_ASSIGN_OR_RETURN(TraceRequest r,
-                            ParseTraceLine(line_, StrCat(path_, ":", line_number_)));
-    return std::optional<TraceRequest>(std::move(r));
+    const std::string_view text(line_.data(), line_.size());
+    if (IsBlank(text)) continue;
+    Result<TraceRequest> r = ParseTraceLine(text, StrCat(path_, ":", line_number_));
+    if (!r.ok()) {
+      failed_ = r.status();
+      return failed_;
+    }
+    return std::optional<TraceRequest>(std::move(r).value());
   }
-  if (in_->bad()) {
-    return Status::IoError(StrCat(path_, ":", line_number_ + 1, ": read error"));
-  }
-  return std::optional<TraceRequest>();
 }
 
 Result<std::vector<TraceRequest>> ReadTrace(const std::string& path,

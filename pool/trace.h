@@ -16,7 +16,9 @@
 //
 // Errors name the file and line: "trace.jsonl:17: hash_ids must be an array of non-negative
 // integers" (kInvalidArgument); a file that does not exist is kNotFound, one that cannot be read
-// kIoError.
+// kIoError. A line longer than kMaxTraceLineBytes is kInvalidArgument ("trace.jsonl:1: line
+// longer than 1048576 bytes"), found after reading at most that many bytes of it: the reader holds
+// at most one line of that size and one read chunk (kTraceReadChunkBytes), whatever the file.
 //
 // Thread safety: TraceReader and TraceWriter are externally synchronised; the functions are pure.
 #pragma once
@@ -39,6 +41,13 @@ namespace kvmesh {
 inline constexpr std::int32_t kMooncakeBlockTokens = 512;
 // Synthesised tokens lie in [0, kTraceVocabSize).
 inline constexpr Token kTraceVocabSize = Token{1} << 24;
+// The longest trace line read (without its newline). The longest line of the published Mooncake
+// conversation trace is 2,053 bytes; a 1M-token prompt is 2,048 ids of 512 tokens, at most
+// 22 bytes each written as 20-digit integers ("18446744073709551615, "), so 45 KB. 1 MiB is 20
+// times that, and bounds what a file without newlines (or a wrong file) makes the reader hold.
+inline constexpr std::size_t kMaxTraceLineBytes = std::size_t{1} << 20;
+// The reader reads the file in chunks of this size.
+inline constexpr std::size_t kTraceReadChunkBytes = std::size_t{64} << 10;
 
 struct TraceRequest {
   std::int64_t timestamp_ms = 0;
@@ -57,22 +66,41 @@ std::string FormatTraceLine(const TraceRequest& request);
 // Streams a trace file line by line.
 class TraceReader {
  public:
-  static Result<TraceReader> Open(const std::string& path);
+  // `max_line_bytes` and `chunk_bytes` (both > 0) are for tests and the fuzzer, which use small
+  // ones to reach the bound and chunk boundaries with small inputs.
+  static Result<TraceReader> Open(const std::string& path,
+                                  std::size_t max_line_bytes = kMaxTraceLineBytes,
+                                  std::size_t chunk_bytes = kTraceReadChunkBytes);
 
-  // The next request; nullopt at the end of the file. After an error the reader stays failed.
+  // The next request; nullopt at the end of the file. After an error the reader stays failed
+  // (the same error again).
   Result<std::optional<TraceRequest>> Next();
   // The 1-based number of the line read last (0 before the first).
   [[nodiscard]] std::int64_t line_number() const { return line_number_; }
   [[nodiscard]] const std::string& path() const { return path_; }
+  // Bytes the reader holds for lines and reading (its buffers' capacities), at most
+  // max_line_bytes + chunk_bytes (kMaxTraceLineBytes + kTraceReadChunkBytes by default).
+  [[nodiscard]] std::size_t buffer_bytes() const { return line_.capacity() + chunk_.capacity(); }
 
  private:
-  TraceReader(std::string path, std::unique_ptr<std::ifstream> in)
-      : path_(std::move(path)), in_(std::move(in)) {}
+  TraceReader(std::string path, std::unique_ptr<std::ifstream> in, std::size_t max_line_bytes,
+              std::size_t chunk_bytes)
+      : path_(std::move(path)),
+        in_(std::move(in)),
+        max_line_bytes_(max_line_bytes),
+        chunk_bytes_(chunk_bytes) {}
+  // The next line (without '\n') into line_; false at the end of the file.
+  Result<bool> ReadLine();
 
   std::string path_;
   std::unique_ptr<std::ifstream> in_;
-  std::string line_;
+  std::size_t max_line_bytes_;
+  std::size_t chunk_bytes_;
+  std::vector<char> line_;   // the line being read; capacity at most max_line_bytes_
+  std::vector<char> chunk_;  // the last chunk read; [chunk_pos_, chunk_.size()) not used yet
+  std::size_t chunk_pos_ = 0;
   std::int64_t line_number_ = 0;
+  Status failed_;
 };
 
 // Reads the first `limit` requests (all when nullopt).

@@ -1,6 +1,6 @@
 // Runs the real kvctl binary: `kvctl replay` on synthetic traces and trace files (JSON numbers
 // equal to the library's), the sweep's CSV and PNG, the progress bar, and the exit codes and
-// messages of bad command lines.
+// messages of bad command lines, empty traces and a line without end.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -315,6 +315,52 @@ TEST(KvctlReplayTest, BadInputExitsTwoWithAMessage) {
     EXPECT_THAT(r.err, HasSubstr("kvctl: "));
     EXPECT_EQ(r.out, "") << c.args.back();
   }
+}
+
+TEST(KvctlReplayTest, NothingToReplayIsAnError) {
+  // An empty trace used to "replay" with a hit rate of 0 and exit 0.
+  const cli_test::ScratchDir dir("kvctl_replay");
+  const std::string empty = dir.Path("empty.jsonl");
+  std::ofstream(empty).close();
+  const std::string blank = dir.Path("blank.jsonl");
+  std::ofstream(blank) << "\n  \n\r\n";
+  const std::string one = dir.Path("one.jsonl");
+  std::ofstream(one) << "{\"timestamp\": 0, \"input_length\": 5, \"output_length\": 1, "
+                        "\"hash_ids\": [1]}\n";
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"replay", empty}, "kvctl: trace " + empty + " has no requests: nothing to replay\n"},
+      {{"replay", blank, "--json"},
+       "kvctl: trace " + blank + " has no requests: nothing to replay\n"},
+      {{"replay", empty, "--sweep=1,2", "--no-plot", "--out-dir", dir.Path("out")},
+       "kvctl: trace " + empty + " has no requests: nothing to replay\n"},
+      {{"replay", one, "--limit", "0"}, "kvctl: --limit 0 leaves no request: nothing to replay\n"},
+      {{"replay", "--synthetic", "--limit", "0"},
+       "kvctl: --limit 0 leaves no request: nothing to replay\n"},
+  };
+  for (const Case& c : cases) {
+    const RunResult r = RunKvctl(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args[1] << "\n" << r.err;
+    EXPECT_EQ(r.err, c.message);
+    EXPECT_EQ(r.out, "");
+  }
+  EXPECT_EQ(RunKvctl({"replay", one}).exit_code, 0);  // one request is something
+}
+
+TEST(KvctlReplayTest, AGigabyteWithoutNewlineIsRefusedAtTheLineBound) {
+  // What used to hold 2.1 GB before failing: 1 GiB and no newline (a sparse file here, so nothing
+  // is written to the disk). The reader stops after 1 MiB (pool/trace.h, kMaxTraceLineBytes).
+  const cli_test::ScratchDir dir("kvctl_replay");
+  const std::string path = dir.Path("trace.jsonl");
+  std::ofstream(path).close();
+  fs::resize_file(path, std::uintmax_t{1} << 30);
+  const RunResult r = RunKvctl({"replay", path});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err, "kvctl: " + path + ":1: line longer than 1048576 bytes\n");
+  EXPECT_EQ(r.out, "");
 }
 
 }  // namespace

@@ -3,7 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <iostream>
 #include <string>
+#include <vector>
 
 #include "node/node_config.h"
 #include "tests/node/node_config_test_util.h"
@@ -207,6 +212,34 @@ TEST(NodeConfigTest, YamlSyntaxErrorsGiveTheirLine) {
             "kvnode.yaml:2: invalid YAML: illegal tab when looking for indentation");
   EXPECT_EQ(ParseError("node_id: a\n---\nnode_id: b\n"),
             "kvnode.yaml:3: a second YAML document (after ---): a config is one document");
+}
+
+TEST(NodeConfigTest, AStrayCommaIsInvalidYamlNotAnEndlessLoop) {
+  // yaml-cpp 0.7's LoadAll looped forever, allocating, on these (found by fuzz/node_config,
+  // fuzz/regressions/node_config/stray_comma.yaml). Run on a thread so that the loop, should it
+  // come back, fails the test after 20 s instead of hanging it.
+  auto parse_all = [] {
+    std::vector<std::string> errors;
+    for (const char* text : {",", ", x", "# comment\n,\n", "node_id: a\n---\n,\n", "--- ,"}) {
+      errors.push_back(ParseError(text));
+    }
+    return errors;
+  };
+  std::future<std::vector<std::string>> done = std::async(std::launch::async, parse_all);
+  if (done.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    std::cerr << "ParseNodeConfig did not return within 20 s on a stray ','\n";
+    std::abort();  // the thread cannot be stopped
+  }
+  const std::vector<std::string> errors = done.get();
+  EXPECT_EQ(errors[0], "kvnode.yaml:1: invalid YAML: unexpected ','");
+  EXPECT_EQ(errors[1], "kvnode.yaml:1: invalid YAML: unexpected ','");
+  EXPECT_EQ(errors[2], "kvnode.yaml:2: invalid YAML: unexpected ','");
+  EXPECT_EQ(errors[3],
+            "kvnode.yaml:3: a second YAML document (after ---): a config is one document");
+  EXPECT_EQ(errors[4], "kvnode.yaml:1: invalid YAML: unexpected ','");
+  // A document of comments only is still an empty config, and a single '---' an empty document.
+  EXPECT_TRUE(ParseNodeConfig("# nothing\n", "kvnode.yaml").ok());
+  EXPECT_TRUE(ParseNodeConfig("---\n", "kvnode.yaml").ok());
 }
 
 TEST(NodeConfigTest, AProblemWithAKeyNotWrittenHasTheLineOfItsSectionOrNone) {

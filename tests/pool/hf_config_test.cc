@@ -219,6 +219,18 @@ TEST(HfConfigTest, InlineVariants) {
   }
 }
 
+TEST(HfConfigTest, NumberBeyondADoubleIsAnErrorNotAnException) {
+  // nlohmann-json throws out_of_range (not parse_error) for these; found by fuzz/hf_config
+  // (fuzz/regressions/hf_config/number_overflow.json), where it ended the process.
+  for (const char* text : {"1e1001", R"({"model_type":"llama","num_hidden_layers":1e400})"}) {
+    auto m = ParseHfConfig(text, "inline");
+    ASSERT_FALSE(m.ok()) << text;
+    EXPECT_TRUE(m.status().IsInvalidArgument()) << m.status();
+    EXPECT_THAT(m.status().message(), HasSubstr("inline: not valid JSON: number overflow"))
+        << m.status();
+  }
+}
+
 TEST(HfConfigTest, FilesAndDirectories) {
   const Status missing = LoadModelSpecFromHfConfig(TestData("no_such_config.json")).status();
   EXPECT_TRUE(missing.IsNotFound());

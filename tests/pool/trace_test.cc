@@ -1,13 +1,20 @@
-// Traces: the JSONL reader (errors with line numbers), the writer, synthesised block tokens, and
-// the synthetic generator (determinism and structure).
+// Traces: the JSONL reader (errors with line numbers, the line-length bound and the memory it
+// keeps), the writer, synthesised block tokens, and the synthetic generator (determinism and
+// structure).
 #include "pool/trace.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 #include <tuple>
 
 namespace kvmesh {
@@ -155,6 +162,126 @@ TEST(TraceReaderTest, MissingFileIsNotFound) {
   EXPECT_NE(r.status().message().find("absent.jsonl does not exist"), std::string::npos);
   auto d = ReadTrace(dir.Path(""));
   EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << d.status();
+}
+
+// A valid line, padded with spaces to `bytes` bytes when it is shorter.
+std::string PaddedLine(std::size_t bytes) {
+  std::string line = R"({"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": [7]})";
+  line.resize(std::max(bytes, line.size()), ' ');
+  return line;
+}
+
+TEST(TraceReaderTest, LinesUpToTheBoundAreReadLongerOnesAreAnError) {
+  TempDir dir;
+  const std::string ok =
+      dir.File("ok.jsonl", PaddedLine(0) + "\n" + PaddedLine(kMaxTraceLineBytes) + "\n");
+  auto all = ReadTrace(ok);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 2u);
+
+  const std::string path =
+      dir.File("long.jsonl", PaddedLine(0) + "\n" + PaddedLine(kMaxTraceLineBytes + 1) + "\n" +
+                                 PaddedLine(0) + "\n");
+  auto reader = TraceReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto first = reader->Next();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status();
+  auto second = reader->Next();
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(second.status().message(), path + ":2: line longer than 1048576 bytes");
+  EXPECT_EQ(reader->line_number(), 2);
+  // The reader stays failed: the rest of the long line is not read as a line of its own.
+  auto third = reader->Next();
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status(), second.status());
+  EXPECT_LE(reader->buffer_bytes(), kMaxTraceLineBytes + kTraceReadChunkBytes);
+}
+
+TEST(TraceReaderTest, AGigabyteWithoutNewlineFailsAtTheBound) {
+  // 1 GiB of zero bytes and no newline, as a sparse file: nothing is written to the disk, and the
+  // reader stops after the bound instead of holding the whole "line" (2.1 GB before the bound).
+  TempDir dir;
+  const std::string path = dir.Path("trace.jsonl");
+  std::ofstream(path).close();
+  fs::resize_file(path, std::uintmax_t{1} << 30);
+  auto reader = TraceReader::Open(path);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto r = reader->Next();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), path + ":1: line longer than 1048576 bytes");
+  EXPECT_LE(reader->buffer_bytes(), kMaxTraceLineBytes + kTraceReadChunkBytes);
+  auto all = ReadTrace(path);
+  EXPECT_EQ(all.status().message(), path + ":1: line longer than 1048576 bytes");
+}
+
+TEST(TraceReaderTest, ALongLineThroughAPipeIsReadOnlyToTheBound) {
+  // A writer offers 8 MiB without a newline through a FIFO; the reader takes the bound and a chunk,
+  // fails and closes, and the writer's next write fails (EPIPE): what it got rid of is what the
+  // reader read plus what the pipe buffers, far from the 8 MiB an unbounded reader would take.
+  TempDir dir;
+  const std::string fifo = dir.Path("trace.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const auto previous = std::signal(SIGPIPE, SIG_IGN);
+  constexpr std::size_t kOffered = std::size_t{8} << 20;
+  std::size_t written = 0;
+  std::thread writer([&] {
+    const int fd = ::open(fifo.c_str(), O_WRONLY);
+    if (fd < 0) return;
+    const std::string piece(64 << 10, 'x');
+    while (written < kOffered) {
+      const ssize_t n = ::write(fd, piece.data(), piece.size());
+      if (n <= 0) break;
+      written += static_cast<std::size_t>(n);
+    }
+    ::close(fd);
+  });
+  {
+    auto reader = TraceReader::Open(fifo);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    auto r = reader->Next();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message(), fifo + ":1: line longer than 1048576 bytes");
+    EXPECT_LE(reader->buffer_bytes(), kMaxTraceLineBytes + kTraceReadChunkBytes);
+  }  // closed: the writer's next write fails
+  writer.join();
+  std::signal(SIGPIPE, previous);
+  EXPECT_GT(written, kMaxTraceLineBytes);
+  EXPECT_LT(written, kMaxTraceLineBytes + (std::size_t{2} << 20)) << "the reader read on";
+}
+
+TEST(TraceReaderTest, SmallBoundsAndChunksReadTheSameTrace) {
+  TempDir dir;
+  SyntheticTraceOptions o;
+  o.conversations = 3;
+  auto trace = GenerateSyntheticTrace(o);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  const std::string path = dir.Path("t.jsonl");
+  ASSERT_TRUE(WriteTrace(path, *trace).ok());
+  std::size_t longest = 0;
+  for (const TraceRequest& r : *trace) longest = std::max(longest, FormatTraceLine(r).size());
+  for (std::size_t chunk : {std::size_t{1}, std::size_t{7}, std::size_t{4096}}) {
+    auto reader = TraceReader::Open(path, longest, chunk);
+    ASSERT_TRUE(reader.ok());
+    std::vector<TraceRequest> back;
+    while (true) {
+      auto r = reader->Next();
+      ASSERT_TRUE(r.ok()) << r.status() << " chunk " << chunk;
+      if (!r->has_value()) break;
+      back.push_back(**r);
+    }
+    EXPECT_EQ(back, *trace) << "chunk " << chunk;
+    auto tight = TraceReader::Open(path, longest - 1, chunk);
+    ASSERT_TRUE(tight.ok());
+    Result<std::optional<TraceRequest>> r = std::optional<TraceRequest>();
+    do {
+      r = tight->Next();
+    } while (r.ok() && r->has_value());
+    ASSERT_FALSE(r.ok()) << "chunk " << chunk;
+    EXPECT_NE(r.status().message().find("line longer than " + std::to_string(longest - 1)),
+              std::string::npos)
+        << r.status();
+  }
 }
 
 TEST(TraceWriterTest, WritesWhatTheReaderReads) {
