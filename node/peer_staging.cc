@@ -61,6 +61,7 @@ Result<std::unique_ptr<StagingArena>> StagingArena::Create(TransferEngine* engin
   }
   std::memset(a->memory_, 0, total);
   KVMESH_ASSIGN_OR_RETURN(a->region_, engine->RegisterRegion(a->memory_, total));
+  MutexLock lock(&a->mu_);  // not shared yet; the lock keeps the analysis simple
   a->free_.reserve(slots);
   for (std::uint32_t i = slots; i > 0; --i) a->free_.push_back(i - 1);
   return a;

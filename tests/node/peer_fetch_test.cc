@@ -224,8 +224,11 @@ void ExpectLiesRefused(int corrupt_at, int foreign_at, std::int64_t expected_hit
   // The workload released its sequence; what is not cached is free again (no reservation kept).
   const std::int64_t cached = 6;  // every full block of the prompt, stored by the engine
   EXPECT_LE(free_before - FreeBlocks(*b), cached);
-  (*server)->Stop();
+  // B first: its link to the lying server closes before that server stops. (Stopping a
+  // ControlServer while a client is still connected can destroy a session after Asio's timer
+  // service is gone: UBSan reports it in control_server.cc; reported, not fixed here.)
   b->Shutdown();
+  (*server)->Stop();
   a->Shutdown();
 }
 
