@@ -314,6 +314,7 @@ Result<AdmitReply> NodeClient::Admit(std::uint64_t request_id, std::span<const T
   out.pool_hit_blocks = ar.pool_hit_blocks();
   out.host_hit_blocks = ar.host_hit_blocks();
   out.disk_hit_blocks = ar.disk_hit_blocks();
+  out.remote_hit_blocks = ar.remote_hit_blocks();
   return out;
 }
 

@@ -49,6 +49,7 @@ struct AdmitReply {
   std::int64_t pool_hit_blocks = 0;
   std::int64_t host_hit_blocks = 0;
   std::int64_t disk_hit_blocks = 0;
+  std::int64_t remote_hit_blocks = 0;  // fetched from a peer
 };
 
 class NodeClient {

@@ -8,6 +8,8 @@
 #include "common/strings.h"
 #include "node/node_metrics.h"
 #include "node/operator_service.h"
+#include "node/peer_service.h"
+#include "node/remote_fetch.h"
 #include "node/rpc_convert.h"
 
 namespace kvmesh {
@@ -93,7 +95,10 @@ HandlerResult EngineService::Handle(SessionState& session, const rpc::Request& r
     }
     case rpc::Request::kStatus: FillStatus(r.mutable_status()); break;
     default:
-      if (!OperatorService::Handles(request.body_case())) {
+      if (PeerService::Handles(request.body_case())) {
+        st = peer_ == nullptr ? Status::NotSupported("this node has no peer data path")
+                              : peer_->Handle(s.info(), request, &r);
+      } else if (!OperatorService::Handles(request.body_case())) {
         st = Status::InvalidArgument("unknown message type");
       } else if (operator_ == nullptr) {
         st = Status::NotSupported("this node does not answer operator requests");
@@ -151,9 +156,16 @@ Status EngineService::Admit(EngineSession& s, const rpc::AdmitRequest& in,
   KVMESH_ASSIGN_OR_RETURN(const SequenceOptions options, FromProto(in.options()));
   const RequestId id{next_request_.fetch_add(1)};
   AdmissionHits hits;
+  RemoteFetchResult fetched;  // pins the fetched chain until the sequence holds it
+  if (fetcher_ != nullptr) fetched = fetcher_->Fetch(TokensOf(in.tokens()), options);
   KVMESH_ASSIGN_OR_RETURN(const AddSequenceResult added,
                           cache_->AddSequence(id, TokensOf(in.tokens()), options, &hits));
+  fetched.pins.Release();
   s.running.emplace(in.request_id(), id);
+  // Fetched blocks were published into the pool: the cache counted them as pool hits.
+  const std::int64_t remote = std::min(fetched.fetched, hits.pool_blocks);
+  hits.pool_blocks -= remote;
+  out->set_remote_hit_blocks(remote);
   out->set_reused_tokens(added.reused_tokens);
   out->set_reused_blocks(added.reused_blocks);
   out->set_partial_tokens(added.partial_tokens);

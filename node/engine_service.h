@@ -7,7 +7,9 @@
 //                     (kFailedPrecondition over TCP: the pools are shared memory of this host).
 //   Admit             TieredCache::AddSequence: the prefix is matched in the pool, then restored
 //                     from the host tier and RocksDB; returns one block table per pool and the
-//                     reused block positions by tier. The engine's request_id names the sequence
+//                     reused block positions by tier. With a RemoteFetcher set, blocks the node
+//                     and its tiers lack are first fetched from a peer (node/remote_fetch.h) and
+//                     counted as remote hits. The engine's request_id names the sequence
 //                     within its connection (two connections may use the same ids).
 //   StoreFullBlocks, AppendTokens, Release, Prefetch   as the block manager's calls.
 //   Lookup            how many prompt tokens are cached in the pool, then the host tier, then
@@ -74,6 +76,8 @@ struct NodeDescription {
 
 class NodeMetrics;
 class OperatorService;
+class PeerService;
+class RemoteFetcher;
 
 class EngineService final : public RequestHandler {
  public:
@@ -92,6 +96,13 @@ class EngineService final : public RequestHandler {
   // operator request then gets kNotSupported). Set before the server serves.
   void SetMetrics(NodeMetrics* metrics) { metrics_ = metrics; }
   void SetOperator(OperatorService* service) { operator_ = service; }
+  // Who answers peer requests (PeerHello, HaveBlocks, FetchBlocks; sessions of role peer only)
+  // and who fetches missing prefix blocks from peers in Admit (node/remote_fetch.h). Null: none
+  // (peer requests get kNotSupported). Set before the server serves.
+  void SetPeer(PeerService* service, RemoteFetcher* fetcher) {
+    peer_ = service;
+    fetcher_ = fetcher;
+  }
 
   [[nodiscard]] std::int64_t open_sessions() const { return open_sessions_.load(); }
   // Sequences released because their connection closed without Release (cumulative).
@@ -123,6 +134,8 @@ class EngineService final : public RequestHandler {
   std::atomic<const ControlServer*> server_{nullptr};
   NodeMetrics* metrics_ = nullptr;
   OperatorService* operator_ = nullptr;
+  PeerService* peer_ = nullptr;
+  RemoteFetcher* fetcher_ = nullptr;
 };
 
 }  // namespace kvmesh

@@ -208,7 +208,47 @@ Status Node::Open(const NodeConfig& config) {
   description_.disk_tier_capacity = os.has_disk ? os.disk.capacity_bytes : 0;
   disk_entries_at_start_ = os.has_disk ? os.disk.entries : 0;
 
+  if (c.peer.enabled) KVMESH_RETURN_IF_ERROR(StartPeers().WithContext("peer"));
   StartServices();
+  return Status::Ok();
+}
+
+Status Node::StartPeers() {
+  const PeerSection& c = config_.peer;
+  std::vector<BundleCodec> codecs;
+  PeerSessionsOptions o;
+  o.self_id = description_.node_id;
+  SecretSource source{config_.control.secret, config_.control.secret_env,
+                      config_.control.secret_file};
+  KVMESH_ASSIGN_OR_RETURN(const LoadedSecret secret, LoadSecret(source));
+  o.secret = secret.secret;
+  o.namespace_digest = NamespaceDigest(cache_->manager().config().key_namespace);
+  std::vector<std::int64_t> bundle_bytes;
+  for (const RankPool& p : pools_.pools()) {
+    KVMESH_ASSIGN_OR_RETURN(BundleCodec codec, BundleCodec::Create(p.layout, p.pool_scale));
+    o.fingerprints.push_back(codec.fingerprint());
+    o.staging_slot_bytes =
+        std::max(o.staging_slot_bytes, static_cast<std::uint64_t>(codec.bundle_bytes()));
+    bundle_bytes.push_back(codec.bundle_bytes());
+    codecs.push_back(std::move(codec));
+  }
+  o.staging_slots = static_cast<std::uint32_t>(
+      std::max<std::int64_t>(static_cast<std::int64_t>(codecs.size()),
+                             c.staging_size / static_cast<std::int64_t>(o.staging_slot_bytes)));
+  o.request_timeout = c.fetch_deadline;
+  o.connect_timeout = c.fetch_deadline;
+  o.transfer.ucx.tls = c.ucx_tls;
+  o.transfer.ucx.net_devices = c.ucx_net_devices;
+  peers_ = std::make_unique<PeerTable>(description_.node_id);
+  KVMESH_ASSIGN_OR_RETURN(peer_sessions_, PeerSessions::Create(std::move(o), peers_.get()));
+  block_source_ = std::make_unique<CacheBlockSource>(cache_.get(), pools_.views(), codecs);
+  peer_service_ = std::make_unique<PeerService>(PeerServiceOptions{}, peer_sessions_.get(),
+                                                block_source_.get(), std::move(bundle_bytes));
+  locator_ = std::make_unique<AskPeersLocator>(peers_.get(), peer_sessions_.get());
+  RemoteFetchOptions f;
+  f.deadline = c.fetch_deadline;
+  fetcher_ = std::make_unique<RemoteFetcher>(f, cache_.get(), peer_sessions_.get(), locator_.get(),
+                                             pools_.views(), std::move(codecs));
   return Status::Ok();
 }
 
@@ -247,6 +287,7 @@ void Node::StartServices() {
   service_->SetServer(server_.get());
   service_->SetMetrics(metrics_.get());
   service_->SetOperator(operator_.get());
+  service_->SetPeer(peer_service_.get(), fetcher_.get());
   // The scrape-time families read the cache from now on (they run on the metrics thread).
   metrics_->registry().RemoveCollector(node_collector_);
   sources_.cache = cache_.get();
@@ -255,6 +296,15 @@ void Node::StartServices() {
       [this](std::vector<metrics::FamilySnapshot>* out) { CollectNodeMetrics(sources_, out); });
   server_->Serve(service_.get());
   serving_.store(true);
+}
+
+void Node::ResetPeers() {
+  fetcher_.reset();
+  locator_.reset();
+  peer_service_.reset();
+  block_source_.reset();
+  peer_sessions_.reset();  // the engine: cancels and completes every operation first
+  peers_.reset();
 }
 
 Readiness Node::readiness() const {
@@ -331,6 +381,7 @@ ShutdownReport Node::Shutdown() {
   service_.reset();
   operator_.reset();
   server_.reset();
+  ResetPeers();
   cache_.reset();  // drains copies, closes RocksDB
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   KVMESH_LOG_INFO("shutdown done released {} flushed {} flush_failures {} seconds {:.3f}",
@@ -344,6 +395,7 @@ Node::~Node() {
   server_.reset();
   service_.reset();
   operator_.reset();
+  ResetPeers();
   cache_.reset();
   copy_pool_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);

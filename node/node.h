@@ -8,7 +8,10 @@
 //      from the primary memory's free bytes, and the pools in shared memory;
 //   4. the TieredCache over them: the block manager, the host tier (host_cache_size) and the
 //      RocksDB tier (<data_dir>/rocksdb unless disk_tier.path says otherwise);
-//   5. the control server (Unix socket, TCP) with the EngineService and the OperatorService;
+//   5. with peer.enabled, the peer data path (node/peer_sessions.h, peer_service.h,
+//      remote_fetch.h): the transfer engine, its staging memory registered once, the PeerTable
+//      (membership writes it; tests Upsert), the PeerService and the RemoteFetcher of Admit;
+//   6. the control server (Unix socket, TCP) with the EngineService and the OperatorService;
 //   the metrics endpoint (metrics.listen: /metrics, /healthz, /readyz; node/metrics_http.h) is
 //   bound with the control listeners and answers from then on: /readyz is 503 "starting" until
 //   the control server serves, 200 while it does, 503 "draining" from the start of Shutdown.
@@ -47,6 +50,10 @@
 #include "node/node_metrics.h"
 #include "node/node_pools.h"
 #include "node/operator_service.h"
+#include "node/peer_service.h"
+#include "node/peer_sessions.h"
+#include "node/peer_table.h"
+#include "node/remote_fetch.h"
 #include "pool/pool_plan.h"
 #include "store/tiered_cache.h"
 
@@ -79,12 +86,21 @@ class Node {
   [[nodiscard]] const std::string& metrics_address() const { return description_.metrics_listen; }
   EngineService& service() { return *service_; }
   TieredCache& cache() { return *cache_; }
+  [[nodiscard]] const NodePools& pools() const { return pools_; }
+  // The peer data path; null without peer.enabled.
+  PeerTable* peers() { return peers_.get(); }
+  PeerSessions* peer_sessions() { return peer_sessions_.get(); }
+  PeerService* peer_service() { return peer_service_.get(); }
+  BlockSource* block_source() { return block_source_.get(); }
+  RemoteFetcher* remote_fetcher() { return fetcher_.get(); }
 
  private:
   struct Startup;
   Node() = default;
   Status Open(const NodeConfig& config);
   Status StartMetrics();
+  Status StartPeers();
+  void ResetPeers();
   void StartServices();
   [[nodiscard]] Readiness readiness() const;
 
@@ -101,6 +117,13 @@ class Node {
   std::unique_ptr<ThreadPool> copy_pool_;
   std::unique_ptr<TieredCache> cache_;
   std::unique_ptr<OperatorService> operator_;
+  // The peer data path: after the cache (it reads the pools), before the services that use it.
+  std::unique_ptr<PeerTable> peers_;
+  std::unique_ptr<PeerSessions> peer_sessions_;
+  std::unique_ptr<CacheBlockSource> block_source_;
+  std::unique_ptr<PeerService> peer_service_;
+  std::unique_ptr<AskPeersLocator> locator_;
+  std::unique_ptr<RemoteFetcher> fetcher_;
   std::unique_ptr<EngineService> service_;
   std::unique_ptr<ControlServer> server_;
   NodeMetricSources sources_;

@@ -222,6 +222,15 @@ Problem CheckMetrics(const MetricsSection& m) {
 }
 
 Problem CheckShutdownAndLogging(const NodeConfig& c) {
+  if (c.peer.enabled && c.peer.fetch_deadline.count() <= 0) {
+    return At("peer.fetch_deadline", StrCat(c.peer.fetch_deadline.count(), "ms must be positive"));
+  }
+  if (c.peer.enabled && c.peer.staging_size <= 0) {
+    return At("peer.staging_size", StrCat(c.peer.staging_size, " must be positive"));
+  }
+  if (c.peer.enabled && c.control.tcp_listen.empty()) {
+    return At("peer.enabled", "peers need control.tcp_listen (they connect over TCP)");
+  }
   if (c.shutdown.drain_timeout.count() < 0) {
     return At("shutdown.drain_timeout",
               StrCat(c.shutdown.drain_timeout.count(), "ms must not be negative"));

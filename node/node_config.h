@@ -20,6 +20,7 @@
 //                max_inflight_per_connection, max_inflight_total, io_threads, worker_threads
 //   metrics      listen
 //   shutdown     drain_timeout, flush_to_disk
+//   peer         enabled, fetch_deadline, staging_size, ucx_tls, ucx_net_devices
 //   logging      level, format
 //
 // Errors (ParseNodeConfig / LoadNodeConfig): kInvalidArgument whose message names the source, the
@@ -131,6 +132,15 @@ struct ShutdownSection {
   friend bool operator==(const ShutdownSection&, const ShutdownSection&) = default;
 };
 
+struct PeerSection {
+  bool enabled = false;
+  std::chrono::milliseconds fetch_deadline{2000};
+  std::int64_t staging_size = 64ll << 20;  // per direction (send, receive)
+  std::string ucx_tls;
+  std::string ucx_net_devices;
+  friend bool operator==(const PeerSection&, const PeerSection&) = default;
+};
+
 struct LoggingSection {
   std::string level = "info";   // trace, debug, info, warn, error, off
   std::string format = "text";  // text, json (one JSON object per line)
@@ -148,6 +158,7 @@ struct NodeConfig {
   ControlSection control;
   MetricsSection metrics;
   ShutdownSection shutdown;
+  PeerSection peer;
   LoggingSection logging;
 
   // Cross-field checks that the parser cannot do key by key (e.g. one secret source at most,

@@ -386,6 +386,17 @@ const Field kShutdownFields[] = {
      [](const Value& v, NodeConfig& c) { return ReadBool(v, &c.shutdown.flush_to_disk); }},
 };
 
+const Field kPeerFields[] = {
+    {"enabled", [](const Value& v, NodeConfig& c) { return ReadBool(v, &c.peer.enabled); }},
+    {"fetch_deadline",
+     [](const Value& v, NodeConfig& c) { return ReadDuration(v, &c.peer.fetch_deadline); }},
+    {"staging_size",
+     [](const Value& v, NodeConfig& c) { return ReadBytes(v, &c.peer.staging_size); }},
+    {"ucx_tls", [](const Value& v, NodeConfig& c) { return ReadString(v, &c.peer.ucx_tls); }},
+    {"ucx_net_devices",
+     [](const Value& v, NodeConfig& c) { return ReadString(v, &c.peer.ucx_net_devices); }},
+};
+
 const Field kLoggingFields[] = {
     {"level", [](const Value& v, NodeConfig& c) { return ReadString(v, &c.logging.level); }},
     {"format", [](const Value& v, NodeConfig& c) { return ReadString(v, &c.logging.format); }},
@@ -394,7 +405,7 @@ const Field kLoggingFields[] = {
 const Section kSections[] = {
     {"model", kModelFields},     {"kv_cache", kKvCacheFields}, {"disk_tier", kDiskTierFields},
     {"control", kControlFields}, {"metrics", kMetricsFields},  {"shutdown", kShutdownFields},
-    {"logging", kLoggingFields},
+    {"peer", kPeerFields},       {"logging", kLoggingFields},
 };
 
 // Lower case with '-' as '_': how a near miss is compared.

@@ -59,7 +59,7 @@ class NodeMetrics {
   void FillStats(rpc::StatsResponse* out) const;
 
  private:
-  static constexpr int kMaxApis = 40;  // above the largest Request body field number
+  static constexpr int kMaxApis = 100;  // above the largest Request body field number (82)
   // [CopyDirection][KvTier]: null where the pair does not occur.
   using CopyHistograms = std::array<std::array<metrics::Histogram*, 4>, 3>;
 

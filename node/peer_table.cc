@@ -8,7 +8,10 @@ void PeerTable::Upsert(PeerInfo info) {
     MutexLock lock(&mu_);
     auto it = members_.find(info.node_id);
     if (it != members_.end() && *it->second == info) return;  // no change
-    members_[info.node_id] = std::make_shared<const PeerInfo>(std::move(info));
+    // The key first: in `m[k] = f(std::move(info))` the right side is evaluated first (C++17),
+    // which would leave the key moved-from (empty).
+    const std::string id = info.node_id;
+    members_[id] = std::make_shared<const PeerInfo>(std::move(info));
   }
   Notify();
 }

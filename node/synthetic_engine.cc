@@ -282,6 +282,7 @@ void Worker::Run(std::uint64_t index, const TraceRequest& request, SyntheticWork
   s.pool_hit_blocks += admitted->pool_hit_blocks;
   s.host_hit_blocks += admitted->host_hit_blocks;
   s.disk_hit_blocks += admitted->disk_hit_blocks;
+  s.remote_hit_blocks += admitted->remote_hit_blocks;
   seq.tables = std::move(admitted->result.tables);
   seq.seeds = std::make_unique<PositionSeeds>(namespace_digest_, so.domain, tokens_per_block_);
   seq.seeds->Append(tokens);
@@ -322,6 +323,7 @@ void Merge(const SyntheticWorkloadStats& a, SyntheticWorkloadStats& into) {
   into.pool_hit_blocks += a.pool_hit_blocks;
   into.host_hit_blocks += a.host_hit_blocks;
   into.disk_hit_blocks += a.disk_hit_blocks;
+  into.remote_hit_blocks += a.remote_hit_blocks;
   into.decode_tokens += a.decode_tokens;
   into.checks += a.checks;
   into.check_failures += a.check_failures;

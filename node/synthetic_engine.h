@@ -61,6 +61,7 @@ struct SyntheticWorkloadStats {
   std::int64_t pool_hit_blocks = 0;
   std::int64_t host_hit_blocks = 0;
   std::int64_t disk_hit_blocks = 0;
+  std::int64_t remote_hit_blocks = 0;  // fetched from a peer by the node
   std::int64_t decode_tokens = 0;
   std::int64_t checks = 0;  // decode outputs compared with the reference (per layer, head)
   std::int64_t check_failures = 0;
@@ -69,10 +70,10 @@ struct SyntheticWorkloadStats {
   std::string first_error;  // the first failed request or check, for the report
 
   [[nodiscard]] double hit_rate() const {
-    return input_blocks == 0
-               ? 0.0
-               : static_cast<double>(pool_hit_blocks + host_hit_blocks + disk_hit_blocks) /
-                     static_cast<double>(input_blocks);
+    return input_blocks == 0 ? 0.0
+                             : static_cast<double>(pool_hit_blocks + host_hit_blocks +
+                                                   disk_hit_blocks + remote_hit_blocks) /
+                                   static_cast<double>(input_blocks);
   }
 };
 

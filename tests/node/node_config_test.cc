@@ -104,6 +104,12 @@ metrics:
 shutdown:
   drain_timeout: 1500
   flush_to_disk: false
+peer:
+  enabled: true
+  fetch_deadline: 750
+  staging_size: 16MiB
+  ucx_tls: tcp
+  ucx_net_devices: lo
 logging:
   level: debug
   format: json
@@ -148,6 +154,7 @@ NodeConfig EveryKeyExpected() {
   k.worker_threads = 16;
   e.metrics.listen = "0.0.0.0:9100";
   e.shutdown = {std::chrono::milliseconds(1500), false};
+  e.peer = {true, std::chrono::milliseconds(750), 16ll << 20, "tcp", "lo"};
   e.logging = {"debug", "json"};
   return e;
 }
@@ -203,6 +210,11 @@ TEST(NodeConfigTest, EveryKeySetToANonDefaultValueIsRead) {
   EXPECT_NE(expected.metrics.listen, d.metrics.listen);
   EXPECT_NE(expected.shutdown.drain_timeout, d.shutdown.drain_timeout);
   EXPECT_NE(expected.shutdown.flush_to_disk, d.shutdown.flush_to_disk);
+  EXPECT_NE(expected.peer.enabled, d.peer.enabled);
+  EXPECT_NE(expected.peer.fetch_deadline, d.peer.fetch_deadline);
+  EXPECT_NE(expected.peer.staging_size, d.peer.staging_size);
+  EXPECT_NE(expected.peer.ucx_tls, d.peer.ucx_tls);
+  EXPECT_NE(expected.peer.ucx_net_devices, d.peer.ucx_net_devices);
   EXPECT_NE(expected.logging.level, d.logging.level);
   EXPECT_NE(expected.logging.format, d.logging.format);
 }

@@ -1,0 +1,216 @@
+#include "node/peer_service.h"
+
+#include <cstring>
+
+#include "common/log.h"
+#include "common/strings.h"
+
+namespace kvmesh {
+
+Result<std::vector<ContentId>> ContentIdsFromWire(
+    const google::protobuf::RepeatedPtrField<std::string>& ids) {
+  std::vector<ContentId> out(static_cast<std::size_t>(ids.size()));
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i].size() != ContentId::kBytes) {
+      return Status::InvalidArgument(
+          StrCat("content id ", i, " has ", ids[i].size(), " bytes, not 16"));
+    }
+    std::memcpy(out[static_cast<std::size_t>(i)].bytes.data(), ids[i].data(), ContentId::kBytes);
+  }
+  return out;
+}
+
+CacheBlockSource::CacheBlockSource(TieredCache* cache, std::vector<KvPoolView> views,
+                                   std::vector<BundleCodec> codecs)
+    : cache_(cache), views_(std::move(views)), codecs_(std::move(codecs)) {}
+
+BlockSource::Held CacheBlockSource::Count(std::span<const ContentId> ids) {
+  Held h;
+  BlockManager& m = cache_->manager();
+  std::size_t i = 0;
+  for (; i < ids.size(); ++i) {
+    Result<CachedBlockInfo> info = m.FindBlock(ids[i]);
+    if (!info.ok()) break;
+    bool all = true;
+    for (std::int32_t b : info->block_ids) all = all && b >= 0;
+    if (!all) break;
+  }
+  h.pool_blocks = static_cast<std::int32_t>(i);
+  const std::int64_t tiers = cache_->engine().CountHeld(ids.subspan(i));
+  h.held_blocks = static_cast<std::int32_t>(i + static_cast<std::size_t>(tiers));
+  return h;
+}
+
+bool CacheBlockSource::EncodeFromTier(const ContentId& id,
+                                      std::span<const std::span<std::byte>> out) {
+  OffloadEngine& e = cache_->engine();
+  for (std::size_t p = 0; p < codecs_.size(); ++p) {
+    // One block of scratch per component: the tiers decode (and verify) into a pool view.
+    KvPoolView scratch;
+    scratch.layout = views_[p].layout;
+    scratch.pool_scale = views_[p].pool_scale;
+    scratch.num_blocks = 1;
+    std::vector<std::vector<std::byte>> memory(kNumKvComponents);
+    for (int c = 0; c < kNumKvComponents; ++c) {
+      const PagedTensorLayout& l = scratch.layout.components[c];
+      if (!l.present()) continue;
+      memory[static_cast<std::size_t>(c)].resize(static_cast<std::size_t>(l.BytesPerBlock()));
+      scratch.base[c] = memory[static_cast<std::size_t>(c)].data();
+    }
+    const TierPoolId tp{static_cast<std::int32_t>(p)};
+    Status st = Status::NotFound("no tier");
+    if (e.host() != nullptr && e.host()->Contains(tp, id)) st = e.host()->Get(tp, id, scratch, 0);
+    if (!st.ok() && e.disk() != nullptr) st = e.disk()->Get(tp, id, scratch, 0);
+    if (!st.ok()) return false;
+    if (!codecs_[p].Encode(scratch, 0, id, out[p]).ok()) return false;
+  }
+  return true;
+}
+
+std::int64_t CacheBlockSource::Encode(std::span<const ContentId> ids,
+                                      std::span<const std::span<std::byte>> out) {
+  BlockManager& m = cache_->manager();
+  const std::size_t pools = codecs_.size();
+  std::int64_t done = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::span<const std::span<std::byte>> slots = out.subspan(i * pools, pools);
+    Result<PinnedBlocks> pins = m.PinByContentId(ids[i]);
+    if (pins.ok() && pins->size() == pools) {
+      bool ok = true;
+      for (const PinnedBlockRef& ref : pins->blocks()) {
+        const auto p = static_cast<std::size_t>(ref.pool.value);
+        ok =
+            ok && p < pools && codecs_[p].Encode(views_[p], ref.block.value, ids[i], slots[p]).ok();
+      }
+      if (ok) {
+        ++done;
+        continue;
+      }
+    }
+    if (!EncodeFromTier(ids[i], slots)) break;
+    ++done;
+  }
+  return done;
+}
+
+PeerService::PeerService(PeerServiceOptions options, PeerSessions* sessions, BlockSource* source,
+                         std::vector<std::int64_t> bundle_bytes)
+    : options_(options),
+      sessions_(sessions),
+      source_(source),
+      bundle_bytes_(std::move(bundle_bytes)) {}
+
+bool PeerService::Handles(rpc::Request::BodyCase body) {
+  switch (body) {
+    case rpc::Request::kPeerHello:
+    case rpc::Request::kHaveBlocks:
+    case rpc::Request::kFetchBlocks: return true;
+    default: return false;
+  }
+}
+
+Status PeerService::Handle(const SessionInfo& session, const rpc::Request& request,
+                           rpc::Response* out) {
+  if (session.role != rpc::CLIENT_ROLE_PEER) {
+    return Status::PermissionDenied("peer requests need a session of role peer");
+  }
+  switch (request.body_case()) {
+    case rpc::Request::kPeerHello: {
+      KVMESH_ASSIGN_OR_RETURN(*out->mutable_peer_hello(),
+                              sessions_->AcceptHello(session, request.peer_hello()));
+      return Status::Ok();
+    }
+    case rpc::Request::kHaveBlocks:
+      return HaveBlocks(request.have_blocks(), out->mutable_have_blocks());
+    case rpc::Request::kFetchBlocks: {
+      Status st = FetchBlocks(session, request.fetch_blocks(), out->mutable_fetch_blocks());
+      (st.ok() ? served_ : failed_).fetch_add(1);
+      return st;
+    }
+    default: return Status::InvalidArgument("not a peer request");
+  }
+}
+
+Status PeerService::HaveBlocks(const rpc::HaveBlocksRequest& in, rpc::HaveBlocksResponse* out) {
+  if (in.content_ids_size() > options_.max_fetch_blocks * 16) {
+    return Status::InvalidArgument(StrCat("have_blocks: ", in.content_ids_size(), " ids"));
+  }
+  KVMESH_ASSIGN_OR_RETURN(const std::vector<ContentId> ids, ContentIdsFromWire(in.content_ids()));
+  const BlockSource::Held h = source_->Count(ids);
+  out->set_pool_blocks(h.pool_blocks);
+  out->set_held_blocks(h.held_blocks);
+  return Status::Ok();
+}
+
+Status PeerService::FetchBlocks(const SessionInfo& session, const rpc::FetchBlocksRequest& in,
+                                rpc::FetchBlocksResponse* out) {
+  const auto start = std::chrono::steady_clock::now();
+  KVMESH_ASSIGN_OR_RETURN(const PeerId peer, sessions_->ConnectedPeer(session.client_name));
+  const TransferId transfer{in.transfer_id()};
+  if (!transfer.valid()) return Status::InvalidArgument("fetch_blocks: no transfer id");
+  if (in.content_ids_size() == 0 || in.content_ids_size() > options_.max_fetch_blocks) {
+    return Status::InvalidArgument(StrCat("fetch_blocks: ", in.content_ids_size(), " blocks (1..",
+                                          options_.max_fetch_blocks, ")"));
+  }
+  if (in.bundle_bytes_size() != static_cast<int>(bundle_bytes_.size())) {
+    return Status::FailedPrecondition(StrCat("fetch_blocks: ", in.bundle_bytes_size(),
+                                             " pools asked, this node has ", bundle_bytes_.size()));
+  }
+  for (int p = 0; p < in.bundle_bytes_size(); ++p) {
+    if (in.bundle_bytes(p) != bundle_bytes_[static_cast<std::size_t>(p)]) {
+      return Status::FailedPrecondition(StrCat("fetch_blocks: pool ", p, " bundles of ",
+                                               in.bundle_bytes(p), " bytes, ours are ",
+                                               bundle_bytes_[static_cast<std::size_t>(p)]));
+    }
+  }
+  const std::chrono::milliseconds deadline_ms(
+      std::min<std::int64_t>(in.deadline_ms(), options_.max_deadline.count()));
+  const auto deadline = start + deadline_ms;
+  KVMESH_ASSIGN_OR_RETURN(const std::vector<ContentId> ids, ContentIdsFromWire(in.content_ids()));
+  const std::size_t pools = bundle_bytes_.size();
+  const std::size_t n = ids.size() * pools;
+  StagingArena& staging = sessions_->send_staging();
+  for (std::int64_t b : bundle_bytes_) {
+    if (static_cast<std::uint64_t>(b) > staging.slot_bytes()) {
+      return Status::Internal("fetch_blocks: bundles larger than the staging slots");
+    }
+  }
+  KVMESH_ASSIGN_OR_RETURN(StagingLease lease, staging.Acquire(n, deadline));
+  std::vector<std::span<std::byte>> spans(n);
+  std::vector<Slice> slices(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto len = static_cast<std::uint64_t>(bundle_bytes_[i % pools]);
+    spans[i] = lease.bytes(i).first(len);
+    slices[i] = lease.slice(i, len);
+  }
+  const std::int64_t encoded = source_->Encode(ids, spans);
+  for (std::size_t i = static_cast<std::size_t>(encoded) * pools; i < n; ++i) {
+    std::memset(spans[i].data(), 0, spans[i].size());  // not held: a miss for the requester
+  }
+  SendRequest send;
+  send.receiver = peer;
+  send.transfer = transfer;
+  send.slices = slices;
+  send.deadline = SystemClock::Default()->Now() + deadline_ms;
+  KVMESH_ASSIGN_OR_RETURN(TransferOp op, sessions_->engine().Send(send));
+  Status st = op.Wait();  // the lease (and the pins, released already) outlive UCX's reads
+  if (!st.ok()) {
+    if (st.code() == StatusCode::kPeerUnreachable || st.code() == StatusCode::kTimedOut) {
+      sessions_->MarkFailed(session.client_name);
+    }
+    return st.WithContext(StrCat("fetch_blocks send to ", session.client_name));
+  }
+  sent_.fetch_add(encoded);
+  missing_.fetch_add(static_cast<std::int64_t>(ids.size()) - encoded);
+  std::int64_t bytes = 0;
+  for (const Slice& s : slices) bytes += static_cast<std::int64_t>(s.length);
+  bytes_.fetch_add(bytes);
+  out->set_sent_blocks(static_cast<std::int32_t>(encoded));
+  return Status::Ok();
+}
+
+PeerServiceStats PeerService::stats() const {
+  return {served_.load(), failed_.load(), sent_.load(), missing_.load(), bytes_.load()};
+}
+
+}  // namespace kvmesh

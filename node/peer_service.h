@@ -1,0 +1,108 @@
+// PeerService: what a node answers to its peers — PeerHello (node/peer_sessions.h), HaveBlocks and
+// FetchBlocks (the holder's side of remote prefix fetch, node/remote_fetch.h).
+//
+// FetchBlocks(transfer, content ids, bundle sizes, deadline), from a peer that said hello:
+//   1. checks everything the peer sent: a transfer id, at most max_fetch_blocks ids of 16 bytes,
+//      one bundle size per pool equal to ours (else kFailedPrecondition: another geometry), a
+//      deadline of at most max_deadline; none of it is ever an address or an offset here;
+//   2. takes send-staging slots (ids × pools), and for each id, in order, pins its blocks in the
+//      pool (or reads it from a tier) and encodes every pool's block as a bundle (store/
+//      block_bundle.h: checksummed, bound to content id and geometry) into its slot; a block not
+//      held any more is sent as zeros (the requester's verification makes it a miss);
+//   3. Sends the slots into the requester's grant and waits for the send (so pins and slots are
+//      released only when UCX no longer reads them); answers sent_blocks.
+// The data a peer asks for is only blocks of this node's own namespace named by content id; the
+// tenant salt is inside the content id, chosen by the requester's engine.
+//
+// BlockSource is where blocks come from: CacheBlockSource (the node's TieredCache) in kvnode;
+// tests substitute a source that lies to check the requester's verification.
+//
+// Thread safety: thread-safe; Handle blocks (pins, copies, a transfer) and runs on worker threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "node/peer_sessions.h"
+#include "node/request_handler.h"
+#include "store/block_bundle.h"
+#include "store/tiered_cache.h"
+
+namespace kvmesh {
+
+class BlockSource {
+ public:
+  virtual ~BlockSource() = default;
+  struct Held {
+    std::int32_t pool_blocks = 0;  // ids[0, pool_blocks) cached in the pool
+    std::int32_t held_blocks = 0;  // ids[0, held_blocks) in the pool or a tier
+  };
+  virtual Held Count(std::span<const ContentId> ids) = 0;
+  // Encodes ids[i]'s block of every pool p into out[i * pools + p] (each at least the pool's
+  // bundle size), for i from 0 while the block is held; returns how many were encoded.
+  virtual std::int64_t Encode(std::span<const ContentId> ids,
+                              std::span<const std::span<std::byte>> out) = 0;
+};
+
+// Blocks from a TieredCache: the pool first (pinned while encoded), then the tiers (through a
+// one-block scratch buffer per pool). `cache` and `views` (the pools' memory) outlive it.
+class CacheBlockSource final : public BlockSource {
+ public:
+  CacheBlockSource(TieredCache* cache, std::vector<KvPoolView> views,
+                   std::vector<BundleCodec> codecs);
+  Held Count(std::span<const ContentId> ids) override;
+  std::int64_t Encode(std::span<const ContentId> ids,
+                      std::span<const std::span<std::byte>> out) override;
+
+ private:
+  bool EncodeFromTier(const ContentId& id, std::span<const std::span<std::byte>> out);
+  TieredCache* const cache_;
+  const std::vector<KvPoolView> views_;
+  const std::vector<BundleCodec> codecs_;
+};
+
+struct PeerServiceOptions {
+  std::int32_t max_fetch_blocks = 1024;
+  std::chrono::milliseconds max_deadline{30000};
+};
+
+struct PeerServiceStats {
+  std::int64_t fetches_served = 0;
+  std::int64_t fetches_failed = 0;
+  std::int64_t blocks_sent = 0;
+  std::int64_t blocks_missing = 0;  // asked for, not held: sent as zeros
+  std::int64_t bytes_sent = 0;
+};
+
+class PeerService {
+ public:
+  // `sessions` and `source` outlive the service; bundle_bytes: per pool.
+  PeerService(PeerServiceOptions options, PeerSessions* sessions, BlockSource* source,
+              std::vector<std::int64_t> bundle_bytes);
+
+  static bool Handles(rpc::Request::BodyCase body);
+  // REQUIRES: Handles(request.body_case()). kPermissionDenied for a session that is no peer.
+  Status Handle(const SessionInfo& session, const rpc::Request& request, rpc::Response* out);
+  [[nodiscard]] PeerServiceStats stats() const;
+  [[nodiscard]] const std::vector<std::int64_t>& bundle_bytes() const { return bundle_bytes_; }
+
+ private:
+  Status HaveBlocks(const rpc::HaveBlocksRequest& in, rpc::HaveBlocksResponse* out);
+  Status FetchBlocks(const SessionInfo& session, const rpc::FetchBlocksRequest& in,
+                     rpc::FetchBlocksResponse* out);
+
+  const PeerServiceOptions options_;
+  PeerSessions* const sessions_;
+  BlockSource* const source_;
+  const std::vector<std::int64_t> bundle_bytes_;
+  std::atomic<std::int64_t> served_{0}, failed_{0}, sent_{0}, missing_{0}, bytes_{0};
+};
+
+// Content ids from their 16-byte wire form; kInvalidArgument for another length.
+Result<std::vector<ContentId>> ContentIdsFromWire(
+    const google::protobuf::RepeatedPtrField<std::string>& ids);
+
+}  // namespace kvmesh

@@ -1,0 +1,142 @@
+// PeerSessions: this node's authenticated sessions with other kvnodes and its TransferEngine — the
+// one place where UCX worker addresses are exchanged.
+//
+// Establishing a link to peer X (Link(X), the requesting side):
+//   1. X's control address comes from the PeerTable (membership fills it; tests Upsert);
+//   2. NodeClient::Connect with role CLIENT_ROLE_PEER, client_name = this node's id and the shared
+//      secret: the challenge–response of node/auth.h, both ways;
+//   3. only then PeerHello{node id, UCX address, namespace digest, geometry fingerprints}; X checks
+//      the session's role and that the claimed node id is the session's client name, connects its
+//      engine to us (AcceptHello) and answers with its own; we check its node id and namespace and
+//      connect our engine to it.
+// So a UCX address reaches a node only over a session that proved the secret, and the engine
+// accepts data only from endpoints it connected itself (a UCX endpoint from any other address is
+// refused by the engine: TransferStats::rejected_unknown_peer).
+//
+// PeerIds: one per node id, stable for the process's lifetime (a restarted peer keeps its id and is
+// connected again with its new address). A failed link (kPeerUnreachable from a call, or the
+// caller's MarkFailed after a failed transfer) is dropped; the next Link connects again, so a peer
+// that comes back is used again without restarting this node.
+//
+// Memory: the engine is created here, with two staging arenas (send and receive) registered once
+// at start. Pool memory is not registered: peer blocks travel as bundles through staging (they are
+// verified there before any byte reaches a pool block).
+//
+// Thread safety: thread-safe. A PeerLink serialises its calls (one request at a time per link).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/content_id.h"
+#include "common/result.h"
+#include "common/thread_annotations.h"
+#include "node/client.h"
+#include "node/peer_staging.h"
+#include "node/peer_table.h"
+#include "node/request_handler.h"
+#include "store/block_bundle.h"
+#include "transfer/transfer_engine.h"
+
+namespace kvmesh {
+
+struct PeerSessionsOptions {
+  std::string self_id;
+  std::string secret;
+  ContentId namespace_digest;
+  std::vector<GeometryFingerprint> fingerprints;  // per pool, in pool order
+  std::chrono::milliseconds connect_timeout{1000};
+  std::chrono::milliseconds request_timeout{2000};  // of one peer RPC
+  std::uint64_t staging_slot_bytes = 0;             // >= the largest bundle of any pool
+  std::uint32_t staging_slots = 64;                 // per arena (send, receive)
+  TransferEngineOptions transfer;
+};
+
+struct PeerSessionStats {
+  std::int64_t links_opened = 0;
+  std::int64_t link_failures = 0;    // connect, handshake or hello failed, or the link broke
+  std::int64_t hellos_accepted = 0;  // peers that connected to us
+  std::int64_t hellos_refused = 0;
+};
+
+// One authenticated control-plane session to a peer, after the hello.
+class PeerLink {
+ public:
+  PeerLink(std::string node_id, PeerId id, std::string address, std::unique_ptr<NodeClient> client);
+  [[nodiscard]] const std::string& node_id() const { return node_id_; }
+  [[nodiscard]] PeerId id() const { return id_; }
+  [[nodiscard]] const std::string& address() const { return address_; }
+  // One request and its response. kPeerUnreachable when the link broke (it stays broken).
+  Result<rpc::Response> Call(rpc::Request request) KVMESH_EXCLUDES(mu_);
+  [[nodiscard]] bool broken() const KVMESH_EXCLUDES(mu_);
+
+ private:
+  const std::string node_id_;
+  const PeerId id_;
+  const std::string address_;
+  mutable Mutex mu_;
+  std::unique_ptr<NodeClient> client_ KVMESH_GUARDED_BY(mu_);
+};
+
+class PeerSessions {
+ public:
+  // Creates the transfer engine and the staging arenas. `peers` must outlive this object.
+  static Result<std::unique_ptr<PeerSessions>> Create(PeerSessionsOptions options,
+                                                      const PeerTable* peers);
+  ~PeerSessions();
+  PeerSessions(const PeerSessions&) = delete;
+  PeerSessions& operator=(const PeerSessions&) = delete;
+
+  [[nodiscard]] const PeerSessionsOptions& options() const { return options_; }
+  TransferEngine& engine() { return *engine_; }
+  StagingArena& send_staging() { return *send_staging_; }
+  StagingArena& receive_staging() { return *receive_staging_; }
+
+  // A live link to `node_id` (connecting and saying hello when there is none or it broke).
+  // kNotFound: not in the peer table; kPeerUnreachable / kPermissionDenied / kTimedOut: connect,
+  // handshake or hello failed; kFailedPrecondition: another namespace or geometry.
+  Result<std::shared_ptr<PeerLink>> Link(const std::string& node_id) KVMESH_EXCLUDES(mu_);
+  // Drops the link and forgets the engine connection (the next Link connects both again).
+  void MarkFailed(const std::string& node_id) KVMESH_EXCLUDES(mu_);
+
+  // The node side of PeerHello, for a session of role PEER whose client name is the claimed id.
+  // kPermissionDenied: another role or a node id that is not the session's client name.
+  Result<rpc::PeerHelloResponse> AcceptHello(const SessionInfo& session,
+                                             const rpc::PeerHelloRequest& hello)
+      KVMESH_EXCLUDES(mu_);
+  // The PeerId of a node that said hello (either way) and whose engine connection is up.
+  Result<PeerId> ConnectedPeer(const std::string& node_id) const KVMESH_EXCLUDES(mu_);
+  [[nodiscard]] PeerSessionStats stats() const KVMESH_EXCLUDES(mu_);
+
+ private:
+  explicit PeerSessions(PeerSessionsOptions options, const PeerTable* peers)
+      : options_(std::move(options)), peers_(peers) {}
+  PeerId IdOf(const std::string& node_id) KVMESH_REQUIRES(mu_);
+  // Connects the engine to `peer` unless it is connected at this very address already.
+  Status ConnectEngine(const std::string& node_id, PeerId peer, const WorkerAddress& address)
+      KVMESH_REQUIRES(mu_);
+  void FillHello(rpc::PeerHelloRequest* out) const;
+  Status CheckCompatible(const std::string& what, const std::string& namespace_digest,
+                         const google::protobuf::RepeatedPtrField<std::string>& fps) const;
+
+  const PeerSessionsOptions options_;
+  const PeerTable* const peers_;
+  std::unique_ptr<TransferEngine> engine_;
+  std::unique_ptr<StagingArena> send_staging_;
+  std::unique_ptr<StagingArena> receive_staging_;
+
+  mutable Mutex mu_;
+  std::uint64_t next_id_ KVMESH_GUARDED_BY(mu_) = 1;
+  std::unordered_map<std::string, PeerId> ids_ KVMESH_GUARDED_BY(mu_);
+  // The address each peer's engine connection was made with (absent: not connected).
+  std::unordered_map<std::string, WorkerAddress> connected_ KVMESH_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::shared_ptr<PeerLink>> links_ KVMESH_GUARDED_BY(mu_);
+  PeerSessionStats stats_ KVMESH_GUARDED_BY(mu_);
+};
+
+}  // namespace kvmesh

@@ -1,0 +1,215 @@
+#include "node/remote_fetch.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "common/strings.h"
+#include "node/peer_service.h"
+
+namespace kvmesh {
+namespace {
+
+std::string Wire(const ContentId& id) {
+  return {reinterpret_cast<const char*>(id.bytes.data()), ContentId::kBytes};
+}
+
+}  // namespace
+
+Result<std::vector<std::vector<BlockHolder>>> AskPeersLocator::Locate(
+    std::span<const ContentId> ids, std::chrono::milliseconds timeout) {
+  std::vector<std::vector<BlockHolder>> holders(ids.size());
+  if (ids.empty()) return holders;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (const PeerInfo& peer : peers_->Snapshot()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;  // a partial answer: the peers not asked hold nothing here
+    Result<std::shared_ptr<PeerLink>> link = sessions_->Link(peer.node_id);
+    if (!link.ok()) continue;
+    rpc::Request req;
+    req.set_timeout_ms(static_cast<std::uint32_t>(left.count()));
+    for (const ContentId& id : ids) req.mutable_have_blocks()->add_content_ids(Wire(id));
+    Result<rpc::Response> r = (*link)->Call(std::move(req));
+    if (!r.ok()) {
+      KVMESH_LOG_WARN("have_blocks failed peer {} error {}", peer.node_id, r.status().ToString());
+      if (r.status().code() == StatusCode::kPeerUnreachable) sessions_->MarkFailed(peer.node_id);
+      continue;
+    }
+    const auto held = std::clamp<std::int64_t>(r->have_blocks().held_blocks(), 0,
+                                               static_cast<std::int64_t>(ids.size()));
+    const std::int64_t in_pool = std::clamp<std::int64_t>(r->have_blocks().pool_blocks(), 0, held);
+    for (std::int64_t i = 0; i < held; ++i) {
+      holders[static_cast<std::size_t>(i)].push_back(
+          {peer.node_id, i < in_pool ? HolderTier::kPool : HolderTier::kHost});
+    }
+  }
+  for (auto& h : holders) {
+    std::stable_sort(h.begin(), h.end(),
+                     [](const BlockHolder& a, const BlockHolder& b) { return a.tier < b.tier; });
+  }
+  return holders;
+}
+
+RemoteFetcher::RemoteFetcher(RemoteFetchOptions options, TieredCache* cache, PeerSessions* sessions,
+                             PrefixLocator* locator, std::vector<KvPoolView> views,
+                             std::vector<BundleCodec> codecs)
+    : options_(options),
+      cache_(cache),
+      sessions_(sessions),
+      locator_(locator),
+      views_(std::move(views)),
+      codecs_(std::move(codecs)) {}
+
+RemoteFetcher::Choice RemoteFetcher::ChooseHolder(
+    const std::vector<std::vector<BlockHolder>>& holders) {
+  Choice best;
+  if (holders.empty()) return best;
+  for (const BlockHolder& candidate : holders.front()) {
+    std::int64_t run = 0;
+    for (const auto& list : holders) {
+      const bool has = std::any_of(list.begin(), list.end(), [&](const BlockHolder& h) {
+        return h.node_id == candidate.node_id;
+      });
+      if (!has) break;
+      ++run;
+    }
+    if (run > best.run) best = {candidate.node_id, run};
+  }
+  return best;
+}
+
+RemoteFetchResult RemoteFetcher::Fetch(std::span<const Token> prompt,
+                                       const SequenceOptions& options) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.deadline;
+  BlockManager& m = cache_->manager();
+  Result<RestorePlan> plan = m.PlanRestore(prompt, options);
+  if (!plan.ok() || plan->num_candidates() == 0) return {};
+  const auto candidates = [&] {
+    return std::span<const ContentId>(plan->content_ids)
+        .subspan(static_cast<std::size_t>(plan->pool_blocks));
+  };
+  const std::int64_t local = cache_->engine().CountHeld(candidates());
+  if (local == plan->num_candidates()) return {};  // the local tiers have them all
+  if (local > 0) {
+    // The local tiers first (the remote run must hang from the pool's chain).
+    Result<std::int64_t> started = cache_->Prefetch(prompt, options);
+    if (started.ok()) cache_->WaitForPrefetches();
+    plan = m.PlanRestore(prompt, options);
+    if (!plan.ok() || plan->num_candidates() == 0) return {};
+    if (cache_->engine().CountHeld(candidates().first(1)) > 0) return {};
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  Result<std::vector<std::vector<BlockHolder>>> holders = locator_->Locate(candidates(), left);
+  if (!holders.ok()) return {};
+  Choice choice = ChooseHolder(*holders);
+  KVMESH_LOG_DEBUG("remote fetch located candidates {} holder {} run {}", plan->num_candidates(),
+                   choice.node_id, choice.run);
+  if (choice.run == 0) return {};
+  const auto pools = static_cast<std::int64_t>(codecs_.size());
+  choice.run = std::min<std::int64_t>(
+      {choice.run, options_.max_blocks,
+       static_cast<std::int64_t>(sessions_->receive_staging().slots()) / pools});
+  fetches_.fetch_add(1);
+  Result<RemoteFetchResult> r = FetchFrom(prompt, options, *plan, choice, deadline);
+  if (!r.ok()) {
+    failed_.fetch_add(1);
+    KVMESH_LOG_WARN("remote fetch failed peer {} blocks {} error {}", choice.node_id, choice.run,
+                    r.status().ToString());
+    return {};
+  }
+  return std::move(r).value();
+}
+
+Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt,
+                                                   const SequenceOptions& options,
+                                                   const RestorePlan& plan, const Choice& choice,
+                                                   std::chrono::steady_clock::time_point deadline) {
+  BlockManager& m = cache_->manager();
+  KVMESH_ASSIGN_OR_RETURN(std::shared_ptr<PeerLink> link, sessions_->Link(choice.node_id));
+  KVMESH_ASSIGN_OR_RETURN(RestoreReservation reserved,
+                          m.ReserveRestore(prompt, options, plan, choice.run));
+  if (reserved.empty()) return RemoteFetchResult{};
+  const std::size_t pools = codecs_.size();
+  const std::size_t n = static_cast<std::size_t>(reserved.count()) * pools;
+  // Declared after the reservation: destroyed first, but only once the grant completed (below).
+  KVMESH_ASSIGN_OR_RETURN(StagingLease lease, sessions_->receive_staging().Acquire(n, deadline));
+  std::vector<Slice> slices(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    slices[i] = lease.slice(i, static_cast<std::uint64_t>(codecs_[i % pools].bundle_bytes()));
+  }
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  GrantRequest grant;
+  grant.sender = link->id();
+  grant.slices = slices;
+  grant.deadline = SystemClock::Default()->Now() + left;
+  KVMESH_ASSIGN_OR_RETURN(TransferOp op, sessions_->engine().Grant(grant));
+  rpc::Request req;
+  req.set_timeout_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(left.count(), 1)));
+  rpc::FetchBlocksRequest* f = req.mutable_fetch_blocks();
+  f->set_transfer_id(op.id().value);
+  for (std::int64_t i = 0; i < reserved.count(); ++i)
+    f->add_content_ids(Wire(reserved.content_id(i)));
+  for (const BundleCodec& c : codecs_) f->add_bundle_bytes(c.bundle_bytes());
+  f->set_deadline_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(left.count(), 1)));
+  Result<rpc::Response> answer = link->Call(std::move(req));
+  if (!answer.ok()) {
+    // The holder refused, died or is too slow: stop accepting data (CancelGrant), then wait until
+    // UCX no longer writes into the slots before they go back to the arena.
+    if (sessions_->engine().CancelGrant(op.id()).ok()) {
+      KVMESH_LOG_DEBUG("fetch grant cancelled transfer {}", op.id().value);
+    }
+    Status grant_status = op.Wait();
+    if (answer.status().code() == StatusCode::kPeerUnreachable ||
+        answer.status().code() == StatusCode::kTimedOut ||
+        grant_status.code() == StatusCode::kPeerUnreachable) {
+      sessions_->MarkFailed(choice.node_id);
+    }
+    return answer.status();  // the reservation is freed unpublished; the lease after the wait
+  }
+  Status st = op.Wait();
+  if (!st.ok()) {
+    sessions_->MarkFailed(choice.node_id);
+    return st.WithContext("fetch grant");
+  }
+  std::int64_t bytes = 0;
+  for (const Slice& s : slices) bytes += static_cast<std::int64_t>(s.length);
+  bytes_.fetch_add(bytes);
+  const std::int64_t ready = DecodeArrived(reserved, lease);
+  KVMESH_ASSIGN_OR_RETURN(PublishedRestore published,
+                          m.PublishRestore(std::move(reserved), ready, /*keep_pinned=*/true));
+  fetched_.fetch_add(published.published);
+  RemoteFetchResult out;
+  out.fetched = published.published;
+  out.pins = std::move(published.pins);
+  KVMESH_LOG_DEBUG("remote fetch done peer {} blocks {} sent {} ready {}", choice.node_id,
+                   n / pools, answer->fetch_blocks().sent_blocks(), ready);
+  return out;
+}
+
+std::int64_t RemoteFetcher::DecodeArrived(const RestoreReservation& r, const StagingLease& lease) {
+  const std::size_t pools = codecs_.size();
+  for (std::int64_t i = 0; i < r.count(); ++i) {
+    for (std::size_t p = 0; p < pools; ++p) {
+      const std::size_t slot = static_cast<std::size_t>(i) * pools + p;
+      const std::span<const std::byte> bundle =
+          lease.bytes(slot).first(static_cast<std::size_t>(codecs_[p].bundle_bytes()));
+      Status st = codecs_[p].Decode(bundle, r.content_id(i), views_[p],
+                                    r.block(i, static_cast<int>(p)).value);
+      if (!st.ok()) {
+        refused_.fetch_add(1);
+        KVMESH_LOG_WARN("remote block refused index {} pool {} content_id {} error {}", i, p,
+                        r.content_id(i).ToHex(), st.ToString());
+        return i;
+      }
+    }
+  }
+  return r.count();
+}
+
+RemoteFetchStats RemoteFetcher::stats() const {
+  return {fetches_.load(), fetched_.load(), refused_.load(), failed_.load(), bytes_.load()};
+}
+
+}  // namespace kvmesh

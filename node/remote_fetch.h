@@ -1,0 +1,109 @@
+// Remote prefix fetch: the requester's side of Admit's last step — blocks of a prompt that neither
+// the pool nor the local tiers hold are fetched from a peer that holds them, verified, and
+// published into the pool before the sequence is admitted; anything slow, gone or wrong is a miss
+// (the engine computes those blocks), never wrong data.
+//
+// AskPeersLocator (a PrefixLocator): asks every member of the PeerTable, over its peer link,
+// HaveBlocks(ids) — a real answer from each holder, not a directory. It stands in for the cluster
+// prefix directory until that exists; it costs one round trip per peer per admission.
+//
+// RemoteFetcher::Fetch(prompt, options), called by EngineService::Admit before TieredCache::
+// AddSequence:
+//   1. PlanRestore: the prompt's reusable full blocks and how many the pool holds. If the local
+//      tiers hold some of the rest, they are restored first (TieredCache::Prefetch, waited for),
+//      and the plan is made again;
+//   2. Locate the remaining blocks; pick the holder of the longest consecutive run from the first
+//      missing block (at most max_blocks and what the receive staging holds);
+//   3. ReserveRestore: destination blocks in every pool, private, pinned, hidden (in no tree);
+//   4. Grant receive-staging slots (blocks × pools, each exactly our bundle size) to the holder,
+//      and ask it FetchBlocks(transfer id, ids, our bundle sizes, deadline) over its link; wait
+//      for the grant (bounded by the deadline: the engine completes it only once UCX no longer
+//      writes into the slots);
+//   5. verify each bundle against its content id and our pool's geometry (BundleCodec::Decode:
+//      checksum, fingerprint, shape, content id) and write it into the reserved block; the first
+//      failure ends the run;
+//   6. PublishRestore(ready, keep_pinned): the verified blocks enter the tree, pinned; the rest of
+//      the reservation is freed. The returned pins are held by the caller across AddSequence.
+// Never is a pool block written by UCX: bytes land in staging and are copied in only after they
+// verified. A failed or timed-out transfer marks the link failed (the next fetch reconnects). The
+// tenant salt is part of the content ids, computed here from the requesting engine's options.
+//
+// Thread safety: thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "node/peer_sessions.h"
+#include "node/prefix_locator.h"
+#include "store/tiered_cache.h"
+
+namespace kvmesh {
+
+class AskPeersLocator final : public PrefixLocator {
+ public:
+  // Both outlive the locator.
+  AskPeersLocator(const PeerTable* peers, PeerSessions* sessions)
+      : peers_(peers), sessions_(sessions) {}
+  Result<std::vector<std::vector<BlockHolder>>> Locate(std::span<const ContentId> ids,
+                                                       std::chrono::milliseconds timeout) override;
+
+ private:
+  const PeerTable* const peers_;
+  PeerSessions* const sessions_;
+};
+
+struct RemoteFetchOptions {
+  std::chrono::milliseconds deadline{2000};  // of one fetch, from the plan to the last byte
+  std::int32_t max_blocks = 1024;            // per fetch
+};
+
+struct RemoteFetchResult {
+  PinnedBlocks pins;         // the fetched chain, pinned until the caller admitted
+  std::int64_t fetched = 0;  // blocks published from the peer
+};
+
+struct RemoteFetchStats {
+  std::int64_t fetches = 0;         // fetches started (a holder was asked)
+  std::int64_t fetched_blocks = 0;  // verified and published
+  std::int64_t refused_blocks = 0;  // arrived but failed verification (corrupt, foreign)
+  std::int64_t failed_fetches = 0;  // transfer failed: timeout, peer gone, refused
+  std::int64_t fetched_bytes = 0;   // bundle bytes received
+};
+
+class RemoteFetcher {
+ public:
+  // All outlive the fetcher; `views` are the pools' memory, `codecs` their bundle codecs.
+  RemoteFetcher(RemoteFetchOptions options, TieredCache* cache, PeerSessions* sessions,
+                PrefixLocator* locator, std::vector<KvPoolView> views,
+                std::vector<BundleCodec> codecs);
+
+  // Never fails the admission: errors are logged and counted, and the result is then empty.
+  RemoteFetchResult Fetch(std::span<const Token> prompt, const SequenceOptions& options);
+  [[nodiscard]] RemoteFetchStats stats() const;
+
+ private:
+  struct Choice {
+    std::string node_id;
+    std::int64_t run = 0;
+  };
+  static Choice ChooseHolder(const std::vector<std::vector<BlockHolder>>& holders);
+  Result<RemoteFetchResult> FetchFrom(std::span<const Token> prompt, const SequenceOptions& options,
+                                      const RestorePlan& plan, const Choice& choice,
+                                      std::chrono::steady_clock::time_point deadline);
+  // Verifies and decodes what arrived; returns the verified prefix length.
+  std::int64_t DecodeArrived(const RestoreReservation& r, const StagingLease& lease);
+
+  const RemoteFetchOptions options_;
+  TieredCache* const cache_;
+  PeerSessions* const sessions_;
+  PrefixLocator* const locator_;
+  const std::vector<KvPoolView> views_;
+  const std::vector<BundleCodec> codecs_;
+  std::atomic<std::int64_t> fetches_{0}, fetched_{0}, refused_{0}, failed_{0}, bytes_{0};
+};
+
+}  // namespace kvmesh

@@ -1,0 +1,370 @@
+// The peer data path end to end: kvnode processes and in-process nodes on loopback, peers found
+// through a PeerTable the test fills (Upsert) and located by asking them (AskPeersLocator).
+//   - a prefix computed on A is admitted on B as remote hits, and the synthetic engine's dense
+//     reference checks pass on B over the fetched blocks (their bytes are A's);
+//   - a holder that sends a corrupted or a foreign bundle: refused, computed instead;
+//   - a holder stopped mid-fetch, then killed: the fetch returns within the deadline, nothing
+//     stays pinned or reserved, and the peer restarted on a new port is used again;
+//   - a session that is not of role peer cannot say hello (no UCX address is handed out).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "node/control_server.h"
+#include "node/node.h"
+#include "node/node_config.h"
+#include "node/peer_service.h"
+#include "node/remote_fetch.h"
+#include "node/synthetic_engine.h"
+#include "tests/node/node_process.h"
+
+namespace kvmesh {
+namespace {
+
+using node_test::kTestSecret;
+using node_test::KvnodeProcess;
+using node_test::ScratchDir;
+using node_test::TestConfig;
+
+constexpr std::int32_t kBlockTokens = 16;  // TestConfig's tokens_per_block
+
+std::string PeerConfig(const std::filesystem::path& dir, const std::string& node_id) {
+  std::string yaml = TestConfig(dir, 4096, "8MiB", "64MiB",
+                                "peer:\n  enabled: true\n  ucx_tls: tcp\n  ucx_net_devices: lo\n");
+  const std::string from = "node_id: test-node";
+  yaml.replace(yaml.find(from), from.size(), "node_id: " + node_id);
+  if (const char* level = std::getenv("KVMESH_TEST_LOG_LEVEL"); level != nullptr) {
+    const std::string info = "level: info";
+    yaml.replace(yaml.find(info), info.size(), std::string("level: ") + level);
+  }
+  return yaml;
+}
+
+// One request of `blocks` whole blocks whose hash ids start at `first`.
+std::vector<TraceRequest> Prompt(std::uint64_t first, int blocks) {
+  TraceRequest r;
+  for (int i = 0; i < blocks; ++i) r.hash_ids.push_back(first + static_cast<std::uint64_t>(i));
+  r.input_length = static_cast<std::int64_t>(blocks) * kBlockTokens;
+  r.output_length = 2;
+  return {r};
+}
+
+SyntheticWorkloadStats RunOn(const std::string& socket, const std::vector<TraceRequest>& requests) {
+  SyntheticEngineOptions o;
+  o.client.address = socket;
+  o.client.secret = kTestSecret;
+  o.concurrency = 1;
+  o.block_tokens = kBlockTokens;
+  o.decode_tokens = 2;
+  o.check_all_layers = true;
+  o.report_to_node = false;
+  Result<SyntheticWorkloadStats> s = RunSyntheticWorkload(o, requests);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : SyntheticWorkloadStats{};
+}
+
+std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id) {
+  Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id), "test");
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return nullptr;
+  Result<std::unique_ptr<Node>> node = Node::Start(*config);
+  EXPECT_TRUE(node.ok()) << node.status();
+  return node.ok() ? std::move(node).value() : nullptr;
+}
+
+std::int64_t PinnedBlocks(Node& node) {
+  std::int64_t pinned = 0;
+  for (const PoolStats& p : node.cache().manager().GetStats().pools) pinned += p.pinned_blocks;
+  return pinned;
+}
+
+std::int64_t FreeBlocks(Node& node) {
+  std::int64_t free = 0;
+  for (const PoolStats& p : node.cache().manager().GetStats().pools) free += p.free_blocks;
+  return free;
+}
+
+// PeerTable::Upsert once keyed a member by its moved-from (empty) id: Find missed it.
+TEST(PeerFetchTest, PeerTableFindsAnUpsertedMember) {
+  PeerTable t("self");
+  t.Upsert({.node_id = "node-a", .control_address = "127.0.0.1:1"});
+  ASSERT_NE(t.Find("node-a"), nullptr);
+  EXPECT_EQ(t.Find("node-a")->control_address, "127.0.0.1:1");
+  EXPECT_EQ(t.Find(""), nullptr);
+}
+
+TEST(PeerFetchTest, PrefixComputedOnAIsAdmittedOnBAsRemoteHits) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir.path() / "a");
+  auto a = KvnodeProcess::Start(dir.path() / "a", PeerConfig(dir.path() / "a", "node-a"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  const auto requests = Prompt(1000, 8);
+  const SyntheticWorkloadStats on_a = RunOn((*a)->unix_socket(), requests);
+  ASSERT_EQ(on_a.check_failures, 0) << on_a.first_error;
+  ASSERT_EQ(on_a.remote_hit_blocks, 0);
+
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b");
+  ASSERT_NE(b, nullptr);
+  b->peers()->Upsert({.node_id = "node-a", .control_address = (*a)->tcp_address()});
+  const SyntheticWorkloadStats on_b = RunOn(b->unix_socket(), requests);
+  EXPECT_EQ(on_b.failed_requests, 0) << on_b.first_error;
+  EXPECT_EQ(on_b.check_failures, 0) << on_b.first_error;
+  EXPECT_GT(on_b.checks, 0);
+  // 8 blocks, the last token recomputed: 7 reusable full blocks, all fetched from A.
+  EXPECT_EQ(on_b.remote_hit_blocks, 7);
+  EXPECT_EQ(on_b.pool_hit_blocks, 0);
+  EXPECT_EQ(on_b.reused_tokens, 7 * kBlockTokens);
+  const RemoteFetchStats fs = b->remote_fetcher()->stats();
+  EXPECT_EQ(fs.fetched_blocks, 7);
+  EXPECT_EQ(fs.refused_blocks, 0);
+  EXPECT_EQ(fs.failed_fetches, 0);
+  EXPECT_EQ(PinnedBlocks(*b), 0);
+  EXPECT_EQ(b->peer_sessions()->receive_staging().free_slots(),
+            b->peer_sessions()->receive_staging().slots());
+  // Admitted again on B: now its own pool's blocks.
+  const SyntheticWorkloadStats again = RunOn(b->unix_socket(), requests);
+  EXPECT_EQ(again.pool_hit_blocks, 7);
+  EXPECT_EQ(again.remote_hit_blocks, 0);
+  EXPECT_EQ(again.check_failures, 0);
+  b->Shutdown();
+}
+
+// A holder's block source that lies: flips a byte of block `corrupt_at`'s bundle, or sends the
+// bundle of the next block in place of block `foreign_at` (a valid bundle of another content id).
+class LyingSource final : public BlockSource {
+ public:
+  LyingSource(BlockSource* inner, int corrupt_at, int foreign_at)
+      : inner_(inner), corrupt_at_(corrupt_at), foreign_at_(foreign_at) {}
+  Held Count(std::span<const ContentId> ids) override { return inner_->Count(ids); }
+  std::int64_t Encode(std::span<const ContentId> ids,
+                      std::span<const std::span<std::byte>> out) override {
+    std::vector<ContentId> asked(ids.begin(), ids.end());
+    if (foreign_at_ >= 0 && static_cast<std::size_t>(foreign_at_ + 1) < asked.size()) {
+      asked[static_cast<std::size_t>(foreign_at_)] =
+          asked[static_cast<std::size_t>(foreign_at_) + 1];
+    }
+    const std::int64_t n = inner_->Encode(asked, out);
+    const std::size_t pools = out.size() / ids.size();
+    if (corrupt_at_ >= 0 && corrupt_at_ < n) {
+      std::span<std::byte> b = out[static_cast<std::size_t>(corrupt_at_) * pools];
+      b[b.size() / 2] ^= std::byte{0x40};
+    }
+    return n;
+  }
+
+ private:
+  BlockSource* const inner_;
+  const int corrupt_at_;
+  const int foreign_at_;
+};
+
+// A control server that answers only peer requests, through a PeerService of its own.
+class PeerOnlyHandler final : public RequestHandler {
+ public:
+  explicit PeerOnlyHandler(PeerService* service) : service_(service) {}
+  std::shared_ptr<SessionState> OpenSession(const SessionInfo& info) override {
+    return std::make_shared<SessionState>(info);
+  }
+  HandlerResult Handle(SessionState& s, const rpc::Request& request) override {
+    HandlerResult r;
+    Status st = PeerService::Handles(request.body_case())
+                    ? service_->Handle(s.info(), request, &r.response)
+                    : Status::NotSupported("peer requests only");
+    if (!st.ok()) {
+      r.response.clear_body();
+      r.response.mutable_error()->set_code(static_cast<std::uint32_t>(st.code()));
+      r.response.mutable_error()->set_message(st.message());
+    }
+    return r;
+  }
+  void CloseSession(SessionState&) override {}
+  KvEventBatch PollEvents(std::uint64_t, std::size_t) override { return {}; }
+
+ private:
+  PeerService* service_;
+};
+
+void ExpectLiesRefused(int corrupt_at, int foreign_at, std::int64_t expected_hits) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto requests = Prompt(2000, 6);
+  ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
+  // A's blocks, served by a lying PeerService on a server of its own, as node-a.
+  LyingSource liar(a->block_source(), corrupt_at, foreign_at);
+  PeerService lying(PeerServiceOptions{}, a->peer_sessions(), &liar,
+                    a->peer_service()->bundle_bytes());
+  PeerOnlyHandler handler(&lying);
+  ControlServerOptions so;
+  so.node_id = "node-a";
+  so.secret = kTestSecret;
+  so.tcp_listen = "127.0.0.1:0";
+  auto server = ControlServer::Start(so, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  b->peers()->Upsert({.node_id = "node-a", .control_address = (*server)->tcp_address()});
+
+  const std::int64_t free_before = FreeBlocks(*b);
+  const SyntheticWorkloadStats on_b = RunOn(b->unix_socket(), requests);
+  EXPECT_EQ(on_b.failed_requests, 0) << on_b.first_error;
+  EXPECT_EQ(on_b.check_failures, 0) << on_b.first_error;  // never wrong data
+  EXPECT_EQ(on_b.remote_hit_blocks, expected_hits);
+  EXPECT_EQ(on_b.reused_tokens, expected_hits * kBlockTokens);
+  const RemoteFetchStats fs = b->remote_fetcher()->stats();
+  EXPECT_EQ(fs.refused_blocks, 1);
+  EXPECT_EQ(fs.fetched_blocks, expected_hits);
+  EXPECT_EQ(PinnedBlocks(*b), 0);
+  // The workload released its sequence; what is not cached is free again (no reservation kept).
+  const std::int64_t cached = 6;  // every full block of the prompt, stored by the engine
+  EXPECT_LE(free_before - FreeBlocks(*b), cached);
+  // B first: its link to the lying server closes before that server stops. (Stopping a
+  // ControlServer while a client is still connected can destroy a session after Asio's timer
+  // service is gone: UBSan reports it in control_server.cc; reported, not fixed here.)
+  b->Shutdown();
+  (*server)->Stop();
+  a->Shutdown();
+}
+
+TEST(PeerFetchTest, CorruptedBundleIsRefusedAndComputed) { ExpectLiesRefused(2, -1, 2); }
+
+TEST(PeerFetchTest, ForeignBundleIsRefusedAndComputed) { ExpectLiesRefused(-1, 0, 0); }
+
+// Asks the real peers, then runs `after` (the test stops or kills the holder there).
+class HookedLocator final : public PrefixLocator {
+ public:
+  HookedLocator(PrefixLocator* inner, std::function<void()> after)
+      : inner_(inner), after_(std::move(after)) {}
+  Result<std::vector<std::vector<BlockHolder>>> Locate(std::span<const ContentId> ids,
+                                                       std::chrono::milliseconds timeout) override {
+    auto r = inner_->Locate(ids, timeout);
+    if (after_) after_();
+    return r;
+  }
+
+ private:
+  PrefixLocator* inner_;
+  std::function<void()> after_;
+};
+
+std::vector<BundleCodec> CodecsOf(const Node& node) {
+  std::vector<BundleCodec> codecs;
+  for (const RankPool& p : node.pools().pools()) {
+    codecs.push_back(BundleCodec::Create(p.layout, p.pool_scale).value());
+  }
+  return codecs;
+}
+
+TEST(PeerFetchTest, HolderKilledMidFetchIsAMissWithinTheDeadlineAndComesBack) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir.path() / "a");
+  auto a = KvnodeProcess::Start(dir.path() / "a", PeerConfig(dir.path() / "a", "node-a"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  const auto requests = Prompt(3000, 8);
+  ASSERT_EQ(RunOn((*a)->unix_socket(), requests).check_failures, 0);
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b");
+  ASSERT_NE(b, nullptr);
+  b->peers()->Upsert({.node_id = "node-a", .control_address = (*a)->tcp_address()});
+
+  // After the holder said it has the blocks: stop it (the fetch then waits on it), and kill it
+  // 300 ms later, while the requester waits for the bundles.
+  const pid_t pid = (*a)->process().pid();
+  std::thread killer;
+  AskPeersLocator ask(b->peers(), b->peer_sessions());
+  HookedLocator locator(&ask, [&] {
+    ::kill(pid, SIGSTOP);
+    killer = std::thread([pid] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      ::kill(pid, SIGKILL);
+    });
+  });
+  RemoteFetcher fetcher(RemoteFetchOptions{}, &b->cache(), b->peer_sessions(), &locator,
+                        b->pools().views(), CodecsOf(*b));
+  const std::vector<Token> tokens = TraceTokens(requests[0], kBlockTokens);
+  const std::int64_t free_before = FreeBlocks(*b);
+  const auto start = std::chrono::steady_clock::now();
+  RemoteFetchResult r = fetcher.Fetch(tokens, SequenceOptions{});
+  const auto took = std::chrono::steady_clock::now() - start;
+  if (killer.joinable()) killer.join();
+  EXPECT_EQ(r.fetched, 0);
+  EXPECT_LT(took, std::chrono::milliseconds(2500));
+  EXPECT_EQ(fetcher.stats().fetches, 1);
+  EXPECT_EQ(fetcher.stats().failed_fetches, 1);
+  r.pins.Release();
+  EXPECT_EQ(PinnedBlocks(*b), 0);
+  EXPECT_EQ(FreeBlocks(*b), free_before);  // the reservation was freed
+  EXPECT_EQ(b->peer_sessions()->receive_staging().free_slots(),
+            b->peer_sessions()->receive_staging().slots());
+  ASSERT_TRUE((*a)->process().Wait(std::chrono::seconds(10)).has_value());
+
+  // The holder comes back (a new process, a new port): used again, B not restarted.
+  std::filesystem::create_directories(dir.path() / "a2");
+  auto a2 = KvnodeProcess::Start(dir.path() / "a2", PeerConfig(dir.path() / "a2", "node-a"));
+  ASSERT_TRUE(a2.ok()) << a2.status();
+  ASSERT_EQ(RunOn((*a2)->unix_socket(), requests).check_failures, 0);
+  b->peers()->Upsert({.node_id = "node-a", .control_address = (*a2)->tcp_address()});
+  const SyntheticWorkloadStats on_b = RunOn(b->unix_socket(), requests);
+  EXPECT_EQ(on_b.remote_hit_blocks, 7);
+  EXPECT_EQ(on_b.check_failures, 0) << on_b.first_error;
+  EXPECT_EQ(PinnedBlocks(*b), 0);
+  b->Shutdown();
+}
+
+TEST(PeerFetchTest, OnlyPeerSessionsMaySayHello) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
+  ASSERT_NE(a, nullptr);
+  const auto hello = [&](rpc::ClientRole role, const std::string& name, const std::string& claim) {
+    NodeClientOptions o;
+    o.address = a->tcp_address();
+    o.secret = kTestSecret;
+    o.role = role;
+    o.client_name = name;
+    auto c = NodeClient::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    rpc::Request req;
+    req.mutable_peer_hello()->set_node_id(claim);
+    req.mutable_peer_hello()->set_ucx_address("x");
+    return c.ok() ? (*c)->Call(std::move(req)).status() : c.status();
+  };
+  EXPECT_EQ(hello(rpc::CLIENT_ROLE_OPERATOR, "node-x", "node-x").code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(hello(rpc::CLIENT_ROLE_ENGINE, "node-x", "node-x").code(),
+            StatusCode::kPermissionDenied);
+  // A peer session claiming another node's id.
+  EXPECT_EQ(hello(rpc::CLIENT_ROLE_PEER, "node-x", "node-y").code(), StatusCode::kPermissionDenied);
+  // Another namespace: refused before any UCX connect.
+  EXPECT_EQ(hello(rpc::CLIENT_ROLE_PEER, "node-x", "node-x").code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a->peer_sessions()->stats().hellos_accepted, 0);
+  EXPECT_EQ(a->peer_sessions()->stats().hellos_refused,
+            2);  // the other two never reach the sessions
+  // The wrong secret never gets a session at all.
+  NodeClientOptions o;
+  o.address = a->tcp_address();
+  o.secret = "another-secret-0123456789";
+  o.role = rpc::CLIENT_ROLE_PEER;
+  EXPECT_EQ(NodeClient::Connect(o).status().code(), StatusCode::kPermissionDenied);
+  // FetchBlocks from a peer that never said hello.
+  NodeClientOptions p;
+  p.address = a->tcp_address();
+  p.secret = kTestSecret;
+  p.role = rpc::CLIENT_ROLE_PEER;
+  p.client_name = "node-z";
+  auto c = NodeClient::Connect(p);
+  ASSERT_TRUE(c.ok());
+  rpc::Request req;
+  req.mutable_fetch_blocks()->set_transfer_id(42);
+  req.mutable_fetch_blocks()->add_content_ids(std::string(16, 'a'));
+  EXPECT_EQ((*c)->Call(std::move(req)).status().code(), StatusCode::kFailedPrecondition);
+  a->Shutdown();
+}
+
+}  // namespace
+}  // namespace kvmesh
