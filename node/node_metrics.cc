@@ -7,12 +7,13 @@ namespace kvmesh {
 namespace {
 
 constexpr rpc::Request::BodyCase kApis[] = {
-    rpc::Request::kAttach,       rpc::Request::kAdmit,       rpc::Request::kStoreFullBlocks,
-    rpc::Request::kAppendTokens, rpc::Request::kRelease,     rpc::Request::kPrefetch,
-    rpc::Request::kLookup,       rpc::Request::kPollEvents,  rpc::Request::kStatus,
-    rpc::Request::kPools,        rpc::Request::kListBlocks,  rpc::Request::kTree,
-    rpc::Request::kInspectBlock, rpc::Request::kStats,       rpc::Request::kEvict,
-    rpc::Request::kFlush,        rpc::Request::kEngineReport};
+    rpc::Request::kAttach,          rpc::Request::kAdmit,        rpc::Request::kStoreFullBlocks,
+    rpc::Request::kAppendTokens,    rpc::Request::kRelease,      rpc::Request::kPrefetch,
+    rpc::Request::kLookup,          rpc::Request::kPollEvents,   rpc::Request::kStatus,
+    rpc::Request::kPools,           rpc::Request::kListBlocks,   rpc::Request::kTree,
+    rpc::Request::kInspectBlock,    rpc::Request::kStats,        rpc::Request::kEvict,
+    rpc::Request::kFlush,           rpc::Request::kEngineReport, rpc::Request::kDirectoryUpdate,
+    rpc::Request::kDirectoryLocate, rpc::Request::kClusterLookup};
 
 std::string_view DirectionName(CopyDirection d) {
   switch (d) {
@@ -52,6 +53,9 @@ std::string_view ApiName(rpc::Request::BodyCase body) {
     case rpc::Request::kEvict: return "evict";
     case rpc::Request::kFlush: return "flush";
     case rpc::Request::kEngineReport: return "engine_report";
+    case rpc::Request::kDirectoryUpdate: return "directory_update";
+    case rpc::Request::kDirectoryLocate: return "directory_locate";
+    case rpc::Request::kClusterLookup: return "cluster_lookup";
     case rpc::Request::BODY_NOT_SET: break;
   }
   return "";
