@@ -134,7 +134,8 @@ std::vector<HoldingUpdate> Holdings::Apply(const std::vector<KvEvent>& events) {
     const std::optional<HolderTier> now = Best(it->second);
     if (!now) held_.erase(it);
     if (now == before[id]) continue;
-    out.push_back(now ? HoldingUpdate{id, false, *now} : HoldingUpdate{id, true, HolderTier::kPool});
+    out.push_back(now ? HoldingUpdate{id, false, *now}
+                      : HoldingUpdate{id, true, HolderTier::kPool});
   }
   return out;
 }

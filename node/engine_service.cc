@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "node/cluster_service.h"
 #include "node/node_metrics.h"
 #include "node/operator_service.h"
 #include "node/rpc_convert.h"
@@ -93,7 +94,11 @@ HandlerResult EngineService::Handle(SessionState& session, const rpc::Request& r
     }
     case rpc::Request::kStatus: FillStatus(r.mutable_status()); break;
     default:
-      if (!OperatorService::Handles(request.body_case())) {
+      if (ClusterService::Handles(request.body_case())) {
+        st = cluster_ == nullptr
+                 ? Status::NotSupported("this node is not in a cluster (cluster.membership: none)")
+                 : cluster_->Handle(s.info(), request, &r);
+      } else if (!OperatorService::Handles(request.body_case())) {
         st = Status::InvalidArgument("unknown message type");
       } else if (operator_ == nullptr) {
         st = Status::NotSupported("this node does not answer operator requests");

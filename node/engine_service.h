@@ -74,6 +74,7 @@ struct NodeDescription {
 
 class NodeMetrics;
 class OperatorService;
+class ClusterService;
 
 class EngineService final : public RequestHandler {
  public:
@@ -92,6 +93,8 @@ class EngineService final : public RequestHandler {
   // operator request then gets kNotSupported). Set before the server serves.
   void SetMetrics(NodeMetrics* metrics) { metrics_ = metrics; }
   void SetOperator(OperatorService* service) { operator_ = service; }
+  // The cluster messages (node/cluster_service.h); none: they get kNotSupported. Set before Serve.
+  void SetCluster(ClusterService* service) { cluster_ = service; }
 
   [[nodiscard]] std::int64_t open_sessions() const { return open_sessions_.load(); }
   // Sequences released because their connection closed without Release (cumulative).
@@ -123,6 +126,7 @@ class EngineService final : public RequestHandler {
   std::atomic<const ControlServer*> server_{nullptr};
   NodeMetrics* metrics_ = nullptr;
   OperatorService* operator_ = nullptr;
+  ClusterService* cluster_ = nullptr;
 };
 
 }  // namespace kvmesh

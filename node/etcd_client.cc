@@ -2,13 +2,12 @@
 
 #include <openssl/evp.h>
 
-#include <charconv>
-
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "common/strings.h"
@@ -134,9 +133,8 @@ Result<std::int64_t> EtcdClient::GrantLease(std::int32_t ttl_s) const {
 }
 
 Result<std::int64_t> EtcdClient::KeepAlive(std::int64_t lease) const {
-  KVMESH_ASSIGN_OR_RETURN(
-      const std::string text,
-      Post("/v3/lease/keepalive", Json{{"ID", std::to_string(lease)}}.dump()));
+  KVMESH_ASSIGN_OR_RETURN(const std::string text,
+                          Post("/v3/lease/keepalive", Json{{"ID", std::to_string(lease)}}.dump()));
   // A stream on the gateway: one JSON object per line; the first is the answer.
   KVMESH_ASSIGN_OR_RETURN(const Json j, ParseJson(text.substr(0, text.find('\n')), "keepalive"));
   const Json& r = j.contains("result") ? j["result"] : j;
@@ -150,8 +148,7 @@ Status EtcdClient::RevokeLease(std::int64_t lease) const {
   return r.ok() ? Status::Ok() : r.status();
 }
 
-Status EtcdClient::Put(const std::string& key, const std::string& value,
-                       std::int64_t lease) const {
+Status EtcdClient::Put(const std::string& key, const std::string& value, std::int64_t lease) const {
   Json body{{"key", Base64Encode(key)}, {"value", Base64Encode(value)}};
   if (lease != 0) body["lease"] = std::to_string(lease);
   Result<std::string> r = Post("/v3/kv/put", body.dump());

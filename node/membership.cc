@@ -48,9 +48,8 @@ class EtcdMembership final : public Membership {
   EtcdMembership(const EtcdSection& config, PeerInfo self, PeerTable* table)
       : config_(config),
         // A call must end well within a keepalive period.
-        client_(config.endpoints,
-                std::chrono::milliseconds(std::max<std::int64_t>(
-                    200, std::int64_t{config.lease_ttl_s} * 1000 / 6))),
+        client_(config.endpoints, std::chrono::milliseconds(std::max<std::int64_t>(
+                                      200, std::int64_t{config.lease_ttl_s} * 1000 / 6))),
         key_(config.prefix + self.node_id),
         table_(table),
         self_(std::move(self)) {
@@ -137,7 +136,8 @@ class EtcdMembership final : public Membership {
     for (const EtcdKeyValue& kv : kvs) {
       Result<PeerInfo> info = DecodePeerInfo(kv.value);
       if (!info.ok()) {
-        KVMESH_LOG_WARN("etcd member key ignored key {} error {}", kv.key, info.status().ToString());
+        KVMESH_LOG_WARN("etcd member key ignored key {} error {}", kv.key,
+                        info.status().ToString());
         continue;
       }
       members.push_back(std::move(info).value());

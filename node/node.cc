@@ -209,7 +209,34 @@ Status Node::Open(const NodeConfig& config) {
   disk_entries_at_start_ = os.has_disk ? os.disk.entries : 0;
 
   StartServices();
+  KVMESH_RETURN_IF_ERROR(StartCluster(secret.secret));
   return Status::Ok();
+}
+
+Status Node::StartCluster(const std::string& secret) {
+  const ClusterSection& c = config_.cluster;
+  if (c.membership == MembershipKind::kNone) return Status::Ok();
+  peers_ = std::make_unique<PeerTable>(description_.node_id);
+  BlockManager* manager = &cache_->manager();
+  directory_ = std::make_unique<PrefixDirectory>(
+      c.directory, peers_.get(),
+      [manager](std::uint64_t from, std::size_t max) { return manager->PollEvents(from, max); },
+      MakePeerDirectoryTransport(description_.node_id, secret));
+  cluster_ = std::make_unique<ClusterService>(directory_.get(), peers_.get(), cache_.get());
+  service_->SetCluster(cluster_.get());
+  PeerInfo self;
+  self.node_id = description_.node_id;
+  self.control_address = c.advertise.empty() ? server_->tcp_address() : c.advertise;
+  self.namespace_digest_hex = NamespaceDigest(manager->config().key_namespace).ToHex();
+  KVMESH_ASSIGN_OR_RETURN(membership_, Membership::Start(c, std::move(self), peers_.get()));
+  KVMESH_LOG_INFO("cluster membership {} members {}", MembershipKindName(c.membership),
+                  peers_->Snapshot().size() + 1);
+  return Status::Ok();
+}
+
+void Node::StopCluster() {
+  if (membership_ != nullptr) membership_->Stop();  // leave first: peers stop routing here
+  if (directory_ != nullptr) directory_->Stop();
 }
 
 Status Node::StartMetrics() {
@@ -305,6 +332,11 @@ std::string Node::Summary() const {
             ? std::string("off")
             : StrCat("http://", description_.metrics_listen, "/metrics (/healthz, /readyz)"));
   s << "\n  secret     from " << secret_origin_ << "\n";
+  if (peers_ != nullptr) {
+    s << "  cluster    " << MembershipKindName(c.cluster.membership) << " membership, "
+      << peers_->Snapshot().size() << " peers now, directory batch " << c.cluster.directory.batch_ms
+      << " ms\n";
+  }
   return s.str();
 }
 
@@ -315,6 +347,7 @@ ShutdownReport Node::Shutdown() {
   const auto start = std::chrono::steady_clock::now();
   KVMESH_LOG_INFO("shutdown started drain_timeout_ms {}", config_.shutdown.drain_timeout.count());
   draining_.store(true);
+  StopCluster();
   server_->StopAccepting();
   r.drained = server_->WaitIdle(start + config_.shutdown.drain_timeout);
   if (!r.drained) KVMESH_LOG_WARN("shutdown drain deadline passed with requests in flight");
@@ -329,6 +362,10 @@ ShutdownReport Node::Shutdown() {
   metrics_http_.reset();
   metrics_->registry().RemoveCollector(node_collector_);
   service_.reset();
+  membership_.reset();
+  cluster_.reset();
+  directory_.reset();
+  peers_.reset();
   operator_.reset();
   server_.reset();
   cache_.reset();  // drains copies, closes RocksDB
@@ -343,6 +380,10 @@ Node::~Node() {
   metrics_http_.reset();
   server_.reset();
   service_.reset();
+  membership_.reset();
+  cluster_.reset();
+  directory_.reset();
+  peers_.reset();
   operator_.reset();
   cache_.reset();
   copy_pool_.reset();

@@ -40,8 +40,10 @@
 #include <string>
 
 #include "common/result.h"
+#include "node/cluster_service.h"
 #include "node/control_server.h"
 #include "node/engine_service.h"
+#include "node/membership.h"
 #include "node/metrics_http.h"
 #include "node/node_config.h"
 #include "node/node_metrics.h"
@@ -78,6 +80,11 @@ class Node {
   // The metrics endpoint as bound ("127.0.0.1:9470"); empty when metrics.listen is "".
   [[nodiscard]] const std::string& metrics_address() const { return description_.metrics_listen; }
   EngineService& service() { return *service_; }
+  // The cluster (cluster.membership other than none; else null): the member table membership
+  // keeps, and the prefix directory as the PrefixLocator remote fetch and routing use.
+  [[nodiscard]] PeerTable* peers() { return peers_.get(); }
+  [[nodiscard]] PrefixDirectory* directory() { return directory_.get(); }
+  [[nodiscard]] Membership* membership() { return membership_.get(); }
   TieredCache& cache() { return *cache_; }
 
  private:
@@ -85,6 +92,8 @@ class Node {
   Node() = default;
   Status Open(const NodeConfig& config);
   Status StartMetrics();
+  Status StartCluster(const std::string& secret);
+  void StopCluster();
   void StartServices();
   [[nodiscard]] Readiness readiness() const;
 
@@ -103,6 +112,11 @@ class Node {
   std::unique_ptr<OperatorService> operator_;
   std::unique_ptr<EngineService> service_;
   std::unique_ptr<ControlServer> server_;
+  // The cluster: built after the cache, stopped first at shutdown (the node leaves, then drains).
+  std::unique_ptr<PeerTable> peers_;
+  std::unique_ptr<PrefixDirectory> directory_;
+  std::unique_ptr<ClusterService> cluster_;
+  std::unique_ptr<Membership> membership_;
   NodeMetricSources sources_;
   int node_collector_ = 0;
   std::atomic<bool> serving_{false};

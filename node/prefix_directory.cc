@@ -85,9 +85,9 @@ class PeerDirectoryTransport final : public DirectoryTransport {
     }
     request.set_timeout_ms(static_cast<std::uint32_t>(timeout.count()));
     Result<rpc::Response> r = c->client->Call(std::move(request));
-    if (!r.ok() && (r.status().code() == StatusCode::kPeerUnreachable ||
-                    r.status().code() == StatusCode::kTimedOut ||
-                    r.status().code() == StatusCode::kIoError)) {
+    if (!r.ok() &&
+        (r.status().code() == StatusCode::kPeerUnreachable ||
+         r.status().code() == StatusCode::kTimedOut || r.status().code() == StatusCode::kIoError)) {
       c->client.reset();
     }
     return r;
@@ -242,22 +242,22 @@ void PrefixDirectory::SendPending() {
     auto member = members.find(home);
     if (member == members.end()) continue;  // raced with a leave: next round re-homes them
     std::vector<HoldingUpdate>* list = &updates;
-    sends.emplace_back(list, std::async(std::launch::async, [this, peer = member->second, list] {
-                         const std::size_t chunk = static_cast<std::size_t>(config_.max_batch_events);
-                         for (std::size_t at = 0; at < list->size(); at += chunk) {
-                           rpc::DirectoryUpdateRequest req;
-                           req.set_node_id(self_);
-                           for (std::size_t i = at; i < std::min(list->size(), at + chunk); ++i) {
-                             rpc::DirectoryEntry* e = req.add_entries();
-                             e->set_content_id(IdBytes((*list)[i].id));
-                             e->set_removed((*list)[i].removed);
-                             e->set_tier(static_cast<std::uint32_t>((*list)[i].tier));
-                           }
-                           KVMESH_RETURN_IF_ERROR(
-                               transport_->Update(peer, req, config_.lookup_timeout));
-                         }
-                         return Status::Ok();
-                       }));
+    sends.emplace_back(
+        list, std::async(std::launch::async, [this, peer = member->second, list] {
+          const std::size_t chunk = static_cast<std::size_t>(config_.max_batch_events);
+          for (std::size_t at = 0; at < list->size(); at += chunk) {
+            rpc::DirectoryUpdateRequest req;
+            req.set_node_id(self_);
+            for (std::size_t i = at; i < std::min(list->size(), at + chunk); ++i) {
+              rpc::DirectoryEntry* e = req.add_entries();
+              e->set_content_id(IdBytes((*list)[i].id));
+              e->set_removed((*list)[i].removed);
+              e->set_tier(static_cast<std::uint32_t>((*list)[i].tier));
+            }
+            KVMESH_RETURN_IF_ERROR(transport_->Update(peer, req, config_.lookup_timeout));
+          }
+          return Status::Ok();
+        }));
   }
   for (auto& [list, done] : sends) {
     const Status st = done.get();
@@ -268,8 +268,7 @@ void PrefixDirectory::SendPending() {
       // Kept queued: a later round retries (a chunk the home did apply is applied again: updates
       // are states, not deltas, so that is harmless).
       if (send_failures_.fetch_add(1) % 100 == 0) {
-        KVMESH_LOG_WARN("directory update failed entries {} error {}", list->size(),
-                        st.ToString());
+        KVMESH_LOG_WARN("directory update failed entries {} error {}", list->size(), st.ToString());
       }
     }
   }
@@ -336,10 +335,10 @@ LocateAllResult PrefixDirectory::LocateAll(std::span<const ContentId> ids,
     rpc::DirectoryLocateRequest req;
     for (const std::size_t i : indices) req.add_content_ids(IdBytes(ids[i]));
     asks.emplace_back(home, &indices,
-                      std::async(std::launch::async, [this, peer = member->second,
-                                                      req = std::move(req), timeout] {
-                        return transport_->Locate(peer, req, timeout);
-                      }));
+                      std::async(std::launch::async,
+                                 [this, peer = member->second, req = std::move(req), timeout] {
+                                   return transport_->Locate(peer, req, timeout);
+                                 }));
   }
   for (auto& [home, indices, answer] : asks) {
     Result<rpc::DirectoryLocateResponse> r = answer.get();

@@ -131,9 +131,9 @@ class PrefixDirectory final : public PrefixLocator {
 
   mutable std::mutex mu_;
   std::condition_variable wake_;
-  bool stopping_ = false;         // guarded by mu_
-  bool members_changed_ = true;   // guarded by mu_
-  HomeRing ring_;                 // guarded by mu_
+  bool stopping_ = false;                    // guarded by mu_
+  bool members_changed_ = true;              // guarded by mu_
+  HomeRing ring_;                            // guarded by mu_
   std::map<std::string, PeerInfo> members_;  // guarded by mu_ (peers only)
 
   // Publisher thread only.

@@ -51,13 +51,13 @@ Result<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const std::filesystem::p
   etcd->endpoint_ = StrCat("127.0.0.1:", client);
   KVMESH_ASSIGN_OR_RETURN(
       etcd->process_,
-      ChildProcess::Spawn(binary,
-                          {"--name", "test", "--data-dir", (dir / "data").string(),
-                           "--listen-client-urls", client_url, "--advertise-client-urls",
-                           client_url, "--listen-peer-urls", peer_url,
-                           "--initial-advertise-peer-urls", peer_url, "--initial-cluster",
-                           StrCat("test=", peer_url), "--log-level", "warn"},
-                          dir / "etcd"));
+      ChildProcess::Spawn(
+          binary,
+          {"--name", "test", "--data-dir", (dir / "data").string(), "--listen-client-urls",
+           client_url, "--advertise-client-urls", client_url, "--listen-peer-urls", peer_url,
+           "--initial-advertise-peer-urls", peer_url, "--initial-cluster",
+           StrCat("test=", peer_url), "--log-level", "warn"},
+          dir / "etcd"));
   const EtcdClient probe({etcd->endpoint_}, std::chrono::milliseconds(500));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {

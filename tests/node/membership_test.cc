@@ -63,8 +63,8 @@ TEST(MembershipTest, PeerInfoRoundTripsThroughJson) {
 }
 
 TEST(MembershipTest, Base64RoundTrips) {
-  for (const std::string& s : std::vector<std::string>{"", "a", "ab", "abc", "abcd",
-                                                      std::string("\0\xff\x10", 3)}) {
+  for (const std::string& s :
+       std::vector<std::string>{"", "a", "ab", "abc", "abcd", std::string("\0\xff\x10", 3)}) {
     Result<std::string> back = Base64Decode(Base64Encode(s));
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*back, s);
