@@ -30,14 +30,12 @@ Status ClusterService::Handle(const SessionInfo& session, const rpc::Request& re
     }
     case rpc::Request::kDirectoryLocate:
       if (!peer) return Status::PermissionDenied("directory locates come from peers only");
-      return directory_->AnswerLocate(request.directory_locate(),
-                                      out->mutable_directory_locate());
+      return directory_->AnswerLocate(request.directory_locate(), out->mutable_directory_locate());
     case rpc::Request::kClusterLookup: {
       const std::chrono::milliseconds timeout =
-          request.timeout_ms() > 0
-              ? std::min(directory_->config().lookup_timeout,
-                         std::chrono::milliseconds(request.timeout_ms()))
-              : directory_->config().lookup_timeout;
+          request.timeout_ms() > 0 ? std::min(directory_->config().lookup_timeout,
+                                              std::chrono::milliseconds(request.timeout_ms()))
+                                   : directory_->config().lookup_timeout;
       return Lookup(request.cluster_lookup(), timeout, out->mutable_cluster_lookup());
     }
     default: return Status::InvalidArgument("not a cluster message");
@@ -70,18 +68,21 @@ Status ClusterService::Lookup(const rpc::ClusterLookupRequest& in,
     for (const BlockHolder& h : located.holders[i]) {
       if (i == 0) runs.try_emplace(h.node_id);
       auto it = runs.find(h.node_id);
-      if (it == runs.end() || !it->second.open || it->second.blocks != static_cast<std::int64_t>(i)) {
+      if (it == runs.end() || !it->second.open ||
+          it->second.blocks != static_cast<std::int64_t>(i)) {
         continue;
       }
       ++it->second.blocks;
       ++it->second.by_tier[static_cast<int>(h.tier)];
     }
-    for (auto& [node, run] : runs) run.open = run.open && run.blocks == static_cast<std::int64_t>(i + 1);
+    for (auto& [node, run] : runs)
+      run.open = run.open && run.blocks == static_cast<std::int64_t>(i + 1);
   }
   std::vector<std::pair<std::string, Run>> order(runs.begin(), runs.end());
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     if (a.second.blocks != b.second.blocks) return a.second.blocks > b.second.blocks;
-    if (a.second.by_tier[0] != b.second.by_tier[0]) return a.second.by_tier[0] > b.second.by_tier[0];
+    if (a.second.by_tier[0] != b.second.by_tier[0])
+      return a.second.by_tier[0] > b.second.by_tier[0];
     return a.first < b.first;
   });
   for (const auto& [node, run] : order) {

@@ -31,8 +31,8 @@ class ClusterService {
                               rpc::Response* out);
 
  private:
-  [[nodiscard]] Status Lookup(const rpc::ClusterLookupRequest& in, std::chrono::milliseconds timeout,
-                              rpc::ClusterLookupResponse* out);
+  [[nodiscard]] Status Lookup(const rpc::ClusterLookupRequest& in,
+                              std::chrono::milliseconds timeout, rpc::ClusterLookupResponse* out);
 
   PrefixDirectory* const directory_;
   PeerTable* const peers_;

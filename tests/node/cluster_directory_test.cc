@@ -119,8 +119,8 @@ TEST(ClusterDirectoryTest, StoredOnALocatedFromCEvictionAndLeaveReachTheDirector
   Result<rpc::Response> evicted = (*op)->Call(std::move(evict));
   ASSERT_TRUE(evicted.ok()) << evicted.status();
   EXPECT_GE(evicted->evict().evicted(), 12);
-  const auto forgotten =
-      Until(**c, p, [](const rpc::ClusterLookupResponse& r) { return r.nodes_size() == 0; }, 5s);
+  const auto forgotten = Until(
+      **c, p, [](const rpc::ClusterLookupResponse& r) { return r.nodes_size() == 0; }, 5s);
   ASSERT_TRUE(forgotten.has_value());
   EXPECT_LT(forgotten->count(), 20 * kBatchMs) << "staleness after eviction";
   std::printf("directory staleness after eviction: %lld ms (batch_ms %d)\n",
