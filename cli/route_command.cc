@@ -54,7 +54,8 @@ Result<std::vector<std::int32_t>> ReadTokens(const std::string& path) {
 
 std::string Why(const rpc::ClusterLookupResponse& r, const rpc::NodePrefix& n, bool first) {
   const std::int64_t t = std::max<std::int64_t>(1, r.tokens_per_block());
-  std::string why = StrCat(n.prefix_tokens() / t, " of ", r.full_blocks(), " full blocks from the start");
+  std::string why =
+      StrCat(n.prefix_tokens() / t, " of ", r.full_blocks(), " full blocks from the start");
   if (n.host_tokens() + n.disk_tokens() > 0) {
     why += StrCat(" (", n.host_tokens() / t, " to onboard from host, ", n.disk_tokens() / t,
                   " from disk)");
@@ -99,9 +100,8 @@ Status Run(const RouteOptions& o) {
   for (const std::string& h : r.unreachable_homes()) {
     std::printf("home %s did not answer: its blocks count as held nowhere\n", h.c_str());
   }
-  std::printf("route to: %s\n",
-              r.recommended().empty() ? "any node (no node holds a prefix of it)"
-                                      : r.recommended().c_str());
+  std::printf("route to: %s\n", r.recommended().empty() ? "any node (no node holds a prefix of it)"
+                                                        : r.recommended().c_str());
   return Status::Ok();
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "common/check.h"
+
 namespace kvmesh {
 namespace {
 
@@ -74,6 +76,7 @@ NodeMetrics::NodeMetrics() {
       "Time of one block copy between the pool and a tier (offload, spill host to disk, onboard).",
       {"direction", "tier"}, metrics::LatencyBuckets());
   for (const rpc::Request::BodyCase api : kApis) {
+    KVMESH_CHECK(static_cast<std::size_t>(api) < by_api_.size()) << "raise kMaxApis";
     by_api_[static_cast<std::size_t>(api)] =
         &request_duration_->WithLabels({std::string(ApiName(api))});
   }

@@ -19,10 +19,9 @@ using node_test::KvnodeProcess;
 
 std::string Config(const std::filesystem::path& dir, const std::string& id, int port,
                    const std::string& peers) {
-  std::string y = node_test::TestConfig(
-      dir, 4096, "", "",
-      StrCat("cluster:\n  membership: static\n  peers:\n", peers,
-             "  directory:\n    batch_ms: 20\n"));
+  std::string y = node_test::TestConfig(dir, 4096, "", "",
+                                        StrCat("cluster:\n  membership: static\n  peers:\n", peers,
+                                               "  directory:\n    batch_ms: 20\n"));
   auto replace = [&y](const std::string& from, const std::string& to) {
     y.replace(y.find(from), from.size(), to);
   };
@@ -35,9 +34,10 @@ TEST(KvctlRouteTest, TableExplainAndJsonFromTheOtherNode) {
   node_test::ScratchDir dir;
   const int pa = node_test::FreeLoopbackPort();
   const int pb = node_test::FreeLoopbackPort();
-  const std::string peers =
-      StrCat("    - {node_id: a, address: \"127.0.0.1:", pa, "\"}\n    - {node_id: b, address: "
-             "\"127.0.0.1:", pb, "\"}\n");
+  const std::string peers = StrCat("    - {node_id: a, address: \"127.0.0.1:", pa,
+                                   "\"}\n    - {node_id: b, address: "
+                                   "\"127.0.0.1:",
+                                   pb, "\"}\n");
   std::filesystem::create_directories(dir.path() / "a");
   std::filesystem::create_directories(dir.path() / "b");
   auto a = KvnodeProcess::Start(dir.path() / "a", Config(dir.path() / "a", "a", pa, peers));

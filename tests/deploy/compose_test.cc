@@ -84,7 +84,8 @@ TEST(ComposeTest, CheckConfigRefusesABrokenConfig) {
     std::fputs("cluster:\n  membership: zookeeper\n", f);
     std::fclose(f);
   }
-  const auto [code, out] = RunCommand(std::string(KVMESH_KVNODE_PATH) + " --check-config " + bad.string());
+  const auto [code, out] =
+      RunCommand(std::string(KVMESH_KVNODE_PATH) + " --check-config " + bad.string());
   std::filesystem::remove(bad);
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("cluster.membership"), std::string::npos) << out;
