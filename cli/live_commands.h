@@ -30,5 +30,6 @@ void RegisterEventsCommand(CLI::App& app, CommandOutcome& outcome);
 void RegisterEvictCommand(CLI::App& app, CommandOutcome& outcome);
 void RegisterFlushCommand(CLI::App& app, CommandOutcome& outcome);
 void RegisterBenchCommand(CLI::App& app, CommandOutcome& outcome);
+void RegisterRouteCommand(CLI::App& app, CommandOutcome& outcome);
 
 }  // namespace kvmesh::cli

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "node/cluster_service.h"
 #include "node/node_metrics.h"
 #include "node/operator_service.h"
 #include "node/peer_service.h"
@@ -98,6 +99,10 @@ HandlerResult EngineService::Handle(SessionState& session, const rpc::Request& r
       if (PeerService::Handles(request.body_case())) {
         st = peer_ == nullptr ? Status::NotSupported("this node has no peer data path")
                               : peer_->Handle(s.info(), request, &r);
+      } else if (ClusterService::Handles(request.body_case())) {
+        st = cluster_ == nullptr
+                 ? Status::NotSupported("this node is not in a cluster (cluster.membership: none)")
+                 : cluster_->Handle(s.info(), request, &r);
       } else if (!OperatorService::Handles(request.body_case())) {
         st = Status::InvalidArgument("unknown message type");
       } else if (operator_ == nullptr) {

@@ -78,6 +78,7 @@ class NodeMetrics;
 class OperatorService;
 class PeerService;
 class RemoteFetcher;
+class ClusterService;
 
 class EngineService final : public RequestHandler {
  public:
@@ -103,6 +104,8 @@ class EngineService final : public RequestHandler {
     peer_ = service;
     fetcher_ = fetcher;
   }
+  // The cluster messages (node/cluster_service.h); none: they get kNotSupported. Set before Serve.
+  void SetCluster(ClusterService* service) { cluster_ = service; }
 
   [[nodiscard]] std::int64_t open_sessions() const { return open_sessions_.load(); }
   // Sequences released because their connection closed without Release (cumulative).
@@ -136,6 +139,7 @@ class EngineService final : public RequestHandler {
   OperatorService* operator_ = nullptr;
   PeerService* peer_ = nullptr;
   RemoteFetcher* fetcher_ = nullptr;
+  ClusterService* cluster_ = nullptr;
 };
 
 }  // namespace kvmesh

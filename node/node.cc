@@ -208,8 +208,13 @@ Status Node::Open(const NodeConfig& config) {
   description_.disk_tier_capacity = os.has_disk ? os.disk.capacity_bytes : 0;
   disk_entries_at_start_ = os.has_disk ? os.disk.entries : 0;
 
+  const bool clustered = c.cluster.membership != MembershipKind::kNone;
+  // One member table: membership writes it; the directory, peer sessions and fetch read it.
+  if (clustered || c.peer.enabled) peers_ = std::make_unique<PeerTable>(description_.node_id);
+  if (clustered) KVMESH_RETURN_IF_ERROR(CreateDirectory(secret.secret).WithContext("cluster"));
   if (c.peer.enabled) KVMESH_RETURN_IF_ERROR(StartPeers().WithContext("peer"));
   StartServices();
+  KVMESH_RETURN_IF_ERROR(StartMembership().WithContext("cluster"));
   return Status::Ok();
 }
 
@@ -239,17 +244,53 @@ Status Node::StartPeers() {
   o.connect_timeout = c.fetch_deadline;
   o.transfer.ucx.tls = c.ucx_tls;
   o.transfer.ucx.net_devices = c.ucx_net_devices;
-  peers_ = std::make_unique<PeerTable>(description_.node_id);
   KVMESH_ASSIGN_OR_RETURN(peer_sessions_, PeerSessions::Create(std::move(o), peers_.get()));
   block_source_ = std::make_unique<CacheBlockSource>(cache_.get(), pools_.views(), codecs);
   peer_service_ = std::make_unique<PeerService>(PeerServiceOptions{}, peer_sessions_.get(),
                                                 block_source_.get(), std::move(bundle_bytes));
-  locator_ = std::make_unique<AskPeersLocator>(peers_.get(), peer_sessions_.get());
+  // In a cluster the directory says who holds a prefix; without one, every known peer is asked.
+  PrefixLocator* locator = directory_.get();
+  if (locator == nullptr) {
+    locator_ = std::make_unique<AskPeersLocator>(peers_.get(), peer_sessions_.get());
+    locator = locator_.get();
+  }
   RemoteFetchOptions f;
   f.deadline = c.fetch_deadline;
-  fetcher_ = std::make_unique<RemoteFetcher>(f, cache_.get(), peer_sessions_.get(), locator_.get(),
+  fetcher_ = std::make_unique<RemoteFetcher>(f, cache_.get(), peer_sessions_.get(), locator,
                                              pools_.views(), std::move(codecs));
   return Status::Ok();
+}
+
+// The prefix directory and the cluster service (before the peer data path, whose fetcher locates
+// blocks through the directory); membership starts once the node serves (StartMembership).
+Status Node::CreateDirectory(const std::string& secret) {
+  const ClusterSection& c = config_.cluster;
+  BlockManager* manager = &cache_->manager();
+  directory_ = std::make_unique<PrefixDirectory>(
+      c.directory, peers_.get(),
+      [manager](std::uint64_t from, std::size_t max) { return manager->PollEvents(from, max); },
+      MakePeerDirectoryTransport(description_.node_id, secret));
+  cluster_ = std::make_unique<ClusterService>(directory_.get(), peers_.get(), cache_.get());
+  return Status::Ok();
+}
+
+Status Node::StartMembership() {
+  const ClusterSection& c = config_.cluster;
+  if (c.membership == MembershipKind::kNone) return Status::Ok();
+  BlockManager* manager = &cache_->manager();
+  PeerInfo self;
+  self.node_id = description_.node_id;
+  self.control_address = c.advertise.empty() ? server_->tcp_address() : c.advertise;
+  self.namespace_digest_hex = NamespaceDigest(manager->config().key_namespace).ToHex();
+  KVMESH_ASSIGN_OR_RETURN(membership_, Membership::Start(c, std::move(self), peers_.get()));
+  KVMESH_LOG_INFO("cluster membership {} members {}", MembershipKindName(c.membership),
+                  peers_->Snapshot().size() + 1);
+  return Status::Ok();
+}
+
+void Node::StopCluster() {
+  if (membership_ != nullptr) membership_->Stop();  // leave first: peers stop routing here
+  if (directory_ != nullptr) directory_->Stop();
 }
 
 Status Node::StartMetrics() {
@@ -288,6 +329,7 @@ void Node::StartServices() {
   service_->SetMetrics(metrics_.get());
   service_->SetOperator(operator_.get());
   service_->SetPeer(peer_service_.get(), fetcher_.get());
+  service_->SetCluster(cluster_.get());
   // The scrape-time families read the cache from now on (they run on the metrics thread).
   metrics_->registry().RemoveCollector(node_collector_);
   sources_.cache = cache_.get();
@@ -304,7 +346,6 @@ void Node::ResetPeers() {
   peer_service_.reset();
   block_source_.reset();
   peer_sessions_.reset();  // the engine: cancels and completes every operation first
-  peers_.reset();
 }
 
 Readiness Node::readiness() const {
@@ -355,6 +396,11 @@ std::string Node::Summary() const {
             ? std::string("off")
             : StrCat("http://", description_.metrics_listen, "/metrics (/healthz, /readyz)"));
   s << "\n  secret     from " << secret_origin_ << "\n";
+  if (peers_ != nullptr) {
+    s << "  cluster    " << MembershipKindName(c.cluster.membership) << " membership, "
+      << peers_->Snapshot().size() << " peers now, directory batch " << c.cluster.directory.batch_ms
+      << " ms\n";
+  }
   return s.str();
 }
 
@@ -365,6 +411,7 @@ ShutdownReport Node::Shutdown() {
   const auto start = std::chrono::steady_clock::now();
   KVMESH_LOG_INFO("shutdown started drain_timeout_ms {}", config_.shutdown.drain_timeout.count());
   draining_.store(true);
+  StopCluster();
   server_->StopAccepting();
   r.drained = server_->WaitIdle(start + config_.shutdown.drain_timeout);
   if (!r.drained) KVMESH_LOG_WARN("shutdown drain deadline passed with requests in flight");
@@ -379,9 +426,13 @@ ShutdownReport Node::Shutdown() {
   metrics_http_.reset();
   metrics_->registry().RemoveCollector(node_collector_);
   service_.reset();
+  membership_.reset();
   operator_.reset();
   server_.reset();
-  ResetPeers();
+  ResetPeers();  // the fetcher locates through the directory: before it
+  cluster_.reset();
+  directory_.reset();
+  peers_.reset();
   cache_.reset();  // drains copies, closes RocksDB
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   KVMESH_LOG_INFO("shutdown done released {} flushed {} flush_failures {} seconds {:.3f}",
@@ -394,8 +445,12 @@ Node::~Node() {
   metrics_http_.reset();
   server_.reset();
   service_.reset();
+  membership_.reset();
   operator_.reset();
   ResetPeers();
+  cluster_.reset();
+  directory_.reset();
+  peers_.reset();
   cache_.reset();
   copy_pool_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);

@@ -43,8 +43,10 @@
 #include <string>
 
 #include "common/result.h"
+#include "node/cluster_service.h"
 #include "node/control_server.h"
 #include "node/engine_service.h"
+#include "node/membership.h"
 #include "node/metrics_http.h"
 #include "node/node_config.h"
 #include "node/node_metrics.h"
@@ -85,10 +87,14 @@ class Node {
   // The metrics endpoint as bound ("127.0.0.1:9470"); empty when metrics.listen is "".
   [[nodiscard]] const std::string& metrics_address() const { return description_.metrics_listen; }
   EngineService& service() { return *service_; }
+  // The cluster (cluster.membership other than none; else null): the member table membership
+  // keeps, and the prefix directory as the PrefixLocator remote fetch and routing use.
+  [[nodiscard]] PeerTable* peers() { return peers_.get(); }
+  [[nodiscard]] PrefixDirectory* directory() { return directory_.get(); }
+  [[nodiscard]] Membership* membership() { return membership_.get(); }
   TieredCache& cache() { return *cache_; }
   [[nodiscard]] const NodePools& pools() const { return pools_; }
-  // The peer data path; null without peer.enabled.
-  PeerTable* peers() { return peers_.get(); }
+  // The peer data path; null without peer.enabled (peers() then too, unless in a cluster).
   PeerSessions* peer_sessions() { return peer_sessions_.get(); }
   PeerService* peer_service() { return peer_service_.get(); }
   BlockSource* block_source() { return block_source_.get(); }
@@ -101,6 +107,9 @@ class Node {
   Status StartMetrics();
   Status StartPeers();
   void ResetPeers();
+  Status CreateDirectory(const std::string& secret);
+  Status StartMembership();
+  void StopCluster();
   void StartServices();
   [[nodiscard]] Readiness readiness() const;
 
@@ -117,8 +126,14 @@ class Node {
   std::unique_ptr<ThreadPool> copy_pool_;
   std::unique_ptr<TieredCache> cache_;
   std::unique_ptr<OperatorService> operator_;
-  // The peer data path: after the cache (it reads the pools), before the services that use it.
+  // The member table: membership (a cluster) writes it, the directory and the peer data path read
+  // it; made when either is configured, gone last.
   std::unique_ptr<PeerTable> peers_;
+  // The cluster: built after the cache, stopped first at shutdown (the node leaves, then drains).
+  std::unique_ptr<PrefixDirectory> directory_;
+  std::unique_ptr<ClusterService> cluster_;
+  std::unique_ptr<Membership> membership_;
+  // The peer data path: after the cache (it reads the pools), before the services that use it.
   std::unique_ptr<PeerSessions> peer_sessions_;
   std::unique_ptr<CacheBlockSource> block_source_;
   std::unique_ptr<PeerService> peer_service_;

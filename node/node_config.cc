@@ -245,6 +245,75 @@ Problem CheckShutdownAndLogging(const NodeConfig& c) {
   return std::nullopt;
 }
 
+Problem CheckStaticPeers(const ClusterSection& c) {
+  for (std::size_t i = 0; i < c.peers.size(); ++i) {
+    const StaticPeer& p = c.peers[i];
+    const std::string key = StrCat("cluster.peers[", i, "]");
+    if (p.node_id.empty()) return At(key + ".node_id", "must not be empty");
+    if (std::string why = HostPortProblem(p.address); !why.empty()) {
+      return At(key + ".address", StrCat("'", p.address, "': ", why));
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (c.peers[j].node_id == p.node_id) {
+        return At(key + ".node_id",
+                  StrCat("'", p.node_id, "' is listed twice (also cluster.peers[", j, "])"));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+Problem CheckEtcd(const ClusterSection& c) {
+  const EtcdSection& e = c.etcd;
+  if (c.membership == MembershipKind::kEtcd && e.endpoints.empty()) {
+    return At("cluster.etcd.endpoints", "must list at least one host:port with membership: etcd");
+  }
+  for (std::size_t i = 0; i < e.endpoints.size(); ++i) {
+    if (std::string why = HostPortProblem(e.endpoints[i]); !why.empty()) {
+      return At(StrCat("cluster.etcd.endpoints[", i, "]"), StrCat("'", e.endpoints[i], "': ", why));
+    }
+  }
+  if (e.lease_ttl_s < 2 || e.lease_ttl_s > 3600) {
+    return At("cluster.etcd.lease_ttl_s", StrCat(e.lease_ttl_s, " is not in 2..3600 seconds"));
+  }
+  if (e.prefix.empty() || e.prefix.back() != '/') {
+    return At("cluster.etcd.prefix", StrCat("'", e.prefix, "' must end with '/'"));
+  }
+  if (e.poll_interval.count() <= 0) {
+    return At("cluster.etcd.poll_interval", StrCat(e.poll_interval.count(), "ms must be positive"));
+  }
+  return std::nullopt;
+}
+
+Problem CheckCluster(const NodeConfig& config) {
+  const ClusterSection& c = config.cluster;
+  if (!c.advertise.empty()) {
+    std::string why = HostPortProblem(c.advertise);
+    if (why.empty() && c.advertise.ends_with(":0")) why = "port 0 cannot be reached";
+    if (!why.empty()) return At("cluster.advertise", StrCat("'", c.advertise, "': ", why));
+  }
+  if (c.membership != MembershipKind::kNone && config.control.tcp_listen.empty()) {
+    return At("cluster.membership",
+              StrCat(MembershipKindName(c.membership),
+                     " needs control.tcp_listen: peers reach each other over TCP"));
+  }
+  if (Problem p = CheckStaticPeers(c)) return p;
+  if (Problem p = CheckEtcd(c)) return p;
+  const DirectorySection& d = c.directory;
+  if (d.batch_ms < 1 || d.batch_ms > 60000) {
+    return At("cluster.directory.batch_ms", StrCat(d.batch_ms, " is not in 1..60000"));
+  }
+  if (d.lookup_timeout.count() <= 0) {
+    return At("cluster.directory.lookup_timeout",
+              StrCat(d.lookup_timeout.count(), "ms must be positive"));
+  }
+  if (d.max_batch_events < 1 || d.max_batch_events > (1 << 20)) {
+    return At("cluster.directory.max_batch_events",
+              StrCat(d.max_batch_events, " is not in 1..1048576"));
+  }
+  return std::nullopt;
+}
+
 std::string Resolved(const std::filesystem::path& base, const std::string& path) {
   if (path.empty()) return path;
   const std::filesystem::path p(path);
@@ -261,7 +330,8 @@ std::optional<ConfigProblem> FindConfigProblem(const NodeConfig& config) {
   if (Problem p = CheckDiskTier(config.disk_tier)) return p;
   if (Problem p = CheckControl(config)) return p;
   if (Problem p = CheckMetrics(config.metrics)) return p;
-  return CheckShutdownAndLogging(config);
+  if (Problem p = CheckShutdownAndLogging(config)) return p;
+  return CheckCluster(config);
 }
 
 void ResolveConfigPaths(const std::string& base_dir, NodeConfig* config) {
@@ -302,6 +372,22 @@ Result<DeviceSelection> ParseDeviceSelection(std::string_view text) {
   }
   return Status::InvalidArgument(
       StrCat("device '", text, "' is not one of auto, cpu, cuda, cuda:N"));
+}
+
+Result<MembershipKind> ParseMembershipKind(std::string_view text) {
+  if (text == "none") return MembershipKind::kNone;
+  if (text == "static") return MembershipKind::kStatic;
+  if (text == "etcd") return MembershipKind::kEtcd;
+  return Status::InvalidArgument(StrCat("'", text, "' is not one of none, static, etcd"));
+}
+
+std::string_view MembershipKindName(MembershipKind kind) {
+  switch (kind) {
+    case MembershipKind::kNone: return "none";
+    case MembershipKind::kStatic: return "static";
+    case MembershipKind::kEtcd: return "etcd";
+  }
+  return "unknown";
 }
 
 Status NodeConfig::Validate() const {

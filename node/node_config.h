@@ -22,6 +22,8 @@
 //   shutdown     drain_timeout, flush_to_disk
 //   peer         enabled, fetch_deadline, staging_size, ucx_tls, ucx_net_devices
 //   logging      level, format
+//   cluster      advertise, membership, peers, etcd (endpoints, lease_ttl_s, prefix,
+//                poll_interval), directory (batch_ms, lookup_timeout, max_batch_events)
 //
 // Errors (ParseNodeConfig / LoadNodeConfig): kInvalidArgument whose message names the source, the
 // key as a dotted path and its line, e.g.
@@ -147,6 +149,47 @@ struct LoggingSection {
   friend bool operator==(const LoggingSection&, const LoggingSection&) = default;
 };
 
+// How a node finds the other kvnodes of its cluster (node/membership.h).
+enum class MembershipKind : std::uint8_t {
+  kNone = 0,    // a single node: no peers, no prefix directory
+  kStatic = 1,  // cluster.peers, fixed for the process's life
+  kEtcd = 2,    // etcd v3 leases under cluster.etcd.prefix: members join and leave at will
+};
+Result<MembershipKind> ParseMembershipKind(std::string_view text);
+std::string_view MembershipKindName(MembershipKind kind);
+
+struct StaticPeer {
+  std::string node_id;
+  std::string address;  // host:port of its control plane (its cluster.advertise)
+  friend bool operator==(const StaticPeer&, const StaticPeer&) = default;
+};
+
+struct EtcdSection {
+  // host:port of etcd's client URLs (the v3 JSON gateway is on the same port); tried in order.
+  std::vector<std::string> endpoints = {"127.0.0.1:2379"};
+  std::int32_t lease_ttl_s = 10;  // a member whose lease is not kept alive is out after this
+  std::string prefix = "/kvmesh/members/";       // keys: <prefix><node_id>
+  std::chrono::milliseconds poll_interval{500};  // how often the member list is read
+  friend bool operator==(const EtcdSection&, const EtcdSection&) = default;
+};
+
+struct DirectorySection {
+  std::int32_t batch_ms = 100;  // KV events are sent to their home nodes at least this often
+  std::chrono::milliseconds lookup_timeout{500};  // Locate's default deadline per home node
+  std::int32_t max_batch_events = 4096;           // events per update message at most
+  friend bool operator==(const DirectorySection&, const DirectorySection&) = default;
+};
+
+struct ClusterSection {
+  // host:port peers reach this node's control plane at; "": control.tcp_listen as bound.
+  std::string advertise;
+  MembershipKind membership = MembershipKind::kNone;
+  std::vector<StaticPeer> peers;  // membership: static (this node may be listed too: ignored)
+  EtcdSection etcd;
+  DirectorySection directory;
+  friend bool operator==(const ClusterSection&, const ClusterSection&) = default;
+};
+
 struct NodeConfig {
   std::string node_id;                    // empty: the host name
   std::string data_dir = ".kvmesh/node";  // the node's folder (lock file, socket, RocksDB)
@@ -160,6 +203,7 @@ struct NodeConfig {
   ShutdownSection shutdown;
   PeerSection peer;
   LoggingSection logging;
+  ClusterSection cluster;
 
   // Cross-field checks that the parser cannot do key by key (e.g. one secret source at most,
   // kv_cache values through CacheConfig::Validate); kInvalidArgument naming the keys.

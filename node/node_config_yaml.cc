@@ -402,11 +402,107 @@ const Field kLoggingFields[] = {
     {"format", [](const Value& v, NodeConfig& c) { return ReadString(v, &c.logging.format); }},
 };
 
-const Section kSections[] = {
-    {"model", kModelFields},     {"kv_cache", kKvCacheFields}, {"disk_tier", kDiskTierFields},
-    {"control", kControlFields}, {"metrics", kMetricsFields},  {"shutdown", kShutdownFields},
-    {"peer", kPeerFields},       {"logging", kLoggingFields},
+// A list of strings (cluster.etcd.endpoints).
+Status ReadStringList(const Value& v, std::vector<std::string>* out) {
+  out->clear();
+  if (v.node.IsNull()) return Status::Ok();
+  if (!v.node.IsSequence()) return v.Expected("a list of strings such as [\"127.0.0.1:2379\"]");
+  for (std::size_t i = 0; i < v.node.size(); ++i) {
+    const YAML::Node element = v.node[i];
+    const std::string key = StrCat(v.key, "[", i, "]");
+    const int line = LineOf(element) > 0 ? LineOf(element) : v.line;
+    v.reader.Record(key, line);
+    std::string text;
+    KVMESH_RETURN_IF_ERROR(ReadString(Value{element, key, line, v.reader}, &text));
+    out->push_back(std::move(text));
+  }
+  return Status::Ok();
+}
+
+// cluster.peers: a list of {node_id, address} maps; any other key is an error.
+Status ReadPeers(const Value& v, std::vector<StaticPeer>* out) {
+  out->clear();
+  if (v.node.IsNull()) return Status::Ok();
+  if (!v.node.IsSequence()) {
+    return v.Expected("a list of {node_id, address} maps");
+  }
+  for (std::size_t i = 0; i < v.node.size(); ++i) {
+    const YAML::Node element = v.node[i];
+    const std::string key = StrCat(v.key, "[", i, "]");
+    const int line = LineOf(element) > 0 ? LineOf(element) : v.line;
+    v.reader.Record(key, line);
+    if (!element.IsMap()) return v.reader.Error(line, key, "expected a map {node_id, address}");
+    StaticPeer peer;
+    for (auto it = element.begin(); it != element.end(); ++it) {
+      const YAML::Node name_node = it->first;
+      const YAML::Node value = it->second;
+      const int at = LineOf(name_node) > 0 ? LineOf(name_node) : line;
+      const std::string name = name_node.IsScalar() ? name_node.Scalar() : "";
+      const std::string field = StrCat(key, ".", name);
+      v.reader.Record(field, at);
+      const Value fv{value, field, at, v.reader};
+      if (name == "node_id") {
+        KVMESH_RETURN_IF_ERROR(ReadString(fv, &peer.node_id));
+      } else if (name == "address") {
+        KVMESH_RETURN_IF_ERROR(ReadString(fv, &peer.address));
+      } else {
+        return v.reader.ErrorAt(
+            at, StrCat("unknown key '", name, "' in ", key, " (known keys: node_id, address)"));
+      }
+    }
+    out->push_back(std::move(peer));
+  }
+  return Status::Ok();
+}
+
+const Field kClusterFields[] = {
+    {"advertise",
+     [](const Value& v, NodeConfig& c) { return ReadString(v, &c.cluster.advertise); }},
+    {"membership",
+     [](const Value& v, NodeConfig& c) {
+       return ReadNamed(v, "none, static or etcd", ParseMembershipKind, &c.cluster.membership);
+     }},
+    {"peers", [](const Value& v, NodeConfig& c) { return ReadPeers(v, &c.cluster.peers); }},
 };
+
+const Field kEtcdFields[] = {
+    {"endpoints",
+     [](const Value& v, NodeConfig& c) { return ReadStringList(v, &c.cluster.etcd.endpoints); }},
+    {"lease_ttl_s",
+     [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.cluster.etcd.lease_ttl_s); }},
+    {"prefix", [](const Value& v, NodeConfig& c) { return ReadString(v, &c.cluster.etcd.prefix); }},
+    {"poll_interval",
+     [](const Value& v, NodeConfig& c) { return ReadDuration(v, &c.cluster.etcd.poll_interval); }},
+};
+
+const Field kDirectoryFields[] = {
+    {"batch_ms",
+     [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.cluster.directory.batch_ms); }},
+    {"lookup_timeout",
+     [](const Value& v, NodeConfig& c) {
+       return ReadDuration(v, &c.cluster.directory.lookup_timeout);
+     }},
+    {"max_batch_events",
+     [](const Value& v, NodeConfig& c) {
+       return ReadInt(v, &c.cluster.directory.max_batch_events);
+     }},
+};
+
+// A name with a dot is a map inside the section before its last dot ("cluster.etcd").
+const Section kSections[] = {
+    {"model", kModelFields},        {"kv_cache", kKvCacheFields},
+    {"disk_tier", kDiskTierFields}, {"control", kControlFields},
+    {"metrics", kMetricsFields},    {"shutdown", kShutdownFields},
+    {"peer", kPeerFields},          {"logging", kLoggingFields},
+    {"cluster", kClusterFields},    {"cluster.etcd", kEtcdFields},
+    {"cluster.directory", kDirectoryFields},
+};
+
+// The map a section's key sits in: "" for the top level, "cluster" for "cluster.etcd".
+std::string_view ParentOf(std::string_view section) {
+  const std::size_t dot = section.rfind('.');
+  return dot == std::string_view::npos ? std::string_view() : section.substr(0, dot);
+}
 
 // Lower case with '-' as '_': how a near miss is compared.
 std::string Normalized(std::string_view s) {
@@ -437,7 +533,7 @@ std::vector<std::pair<std::string, std::string>> AllKeys() {
   std::vector<std::pair<std::string, std::string>> keys;
   for (const Field& f : kTopLevelFields) keys.emplace_back("", std::string(f.name));
   for (const Section& s : kSections) {
-    keys.emplace_back("", std::string(s.name));
+    keys.emplace_back(std::string(ParentOf(s.name)), std::string(s.name));
     for (const Field& f : s.fields) keys.emplace_back(s.name, StrCat(s.name, ".", f.name));
   }
   return keys;
@@ -483,9 +579,11 @@ const Field* FindField(std::span<const Field> fields, std::string_view name) {
   return nullptr;
 }
 
-const Section* FindSection(std::string_view name) {
+// The section `name` inside the map `parent` ("" for the top level).
+const Section* FindSection(std::string_view parent, std::string_view name) {
+  const std::string full = parent.empty() ? std::string(name) : StrCat(parent, ".", name);
   for (const Section& s : kSections) {
-    if (s.name == name) return &s;
+    if (s.name == full) return &s;
   }
   return nullptr;
 }
@@ -514,7 +612,7 @@ Status ReadMap(const YAML::Node& map, std::string_view section, std::span<const 
       KVMESH_RETURN_IF_ERROR(f->read(Value{value, key, line, reader}, config));
       continue;
     }
-    const Section* s = section.empty() ? FindSection(name) : nullptr;
+    const Section* s = FindSection(section, name);
     if (s == nullptr) return reader.ErrorAt(line, UnknownKeyMessage(name, section));
     reader.Record(key, line);
     if (value.IsNull()) continue;  // every key commented out: all defaults

@@ -3,17 +3,20 @@
 #include <algorithm>
 #include <string>
 
+#include "common/check.h"
+
 namespace kvmesh {
 namespace {
 
 constexpr rpc::Request::BodyCase kApis[] = {
-    rpc::Request::kAttach,       rpc::Request::kAdmit,        rpc::Request::kStoreFullBlocks,
-    rpc::Request::kAppendTokens, rpc::Request::kRelease,      rpc::Request::kPrefetch,
-    rpc::Request::kLookup,       rpc::Request::kPollEvents,   rpc::Request::kStatus,
-    rpc::Request::kPools,        rpc::Request::kListBlocks,   rpc::Request::kTree,
-    rpc::Request::kInspectBlock, rpc::Request::kStats,        rpc::Request::kEvict,
-    rpc::Request::kFlush,        rpc::Request::kEngineReport, rpc::Request::kPeerHello,
-    rpc::Request::kHaveBlocks,   rpc::Request::kFetchBlocks};
+    rpc::Request::kAttach,          rpc::Request::kAdmit,        rpc::Request::kStoreFullBlocks,
+    rpc::Request::kAppendTokens,    rpc::Request::kRelease,      rpc::Request::kPrefetch,
+    rpc::Request::kLookup,          rpc::Request::kPollEvents,   rpc::Request::kStatus,
+    rpc::Request::kPools,           rpc::Request::kListBlocks,   rpc::Request::kTree,
+    rpc::Request::kInspectBlock,    rpc::Request::kStats,        rpc::Request::kEvict,
+    rpc::Request::kFlush,           rpc::Request::kEngineReport, rpc::Request::kDirectoryUpdate,
+    rpc::Request::kDirectoryLocate, rpc::Request::kClusterLookup, rpc::Request::kPeerHello,
+    rpc::Request::kHaveBlocks,      rpc::Request::kFetchBlocks};
 
 std::string_view DirectionName(CopyDirection d) {
   switch (d) {
@@ -53,6 +56,9 @@ std::string_view ApiName(rpc::Request::BodyCase body) {
     case rpc::Request::kEvict: return "evict";
     case rpc::Request::kFlush: return "flush";
     case rpc::Request::kEngineReport: return "engine_report";
+    case rpc::Request::kDirectoryUpdate: return "directory_update";
+    case rpc::Request::kDirectoryLocate: return "directory_locate";
+    case rpc::Request::kClusterLookup: return "cluster_lookup";
     case rpc::Request::kPeerHello: return "peer_hello";
     case rpc::Request::kHaveBlocks: return "have_blocks";
     case rpc::Request::kFetchBlocks: return "fetch_blocks";
@@ -74,6 +80,7 @@ NodeMetrics::NodeMetrics() {
       "Time of one block copy between the pool and a tier (offload, spill host to disk, onboard).",
       {"direction", "tier"}, metrics::LatencyBuckets());
   for (const rpc::Request::BodyCase api : kApis) {
+    KVMESH_CHECK(static_cast<std::size_t>(api) < by_api_.size()) << "raise kMaxApis";
     by_api_[static_cast<std::size_t>(api)] =
         &request_duration_->WithLabels({std::string(ApiName(api))});
   }

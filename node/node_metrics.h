@@ -59,7 +59,8 @@ class NodeMetrics {
   void FillStats(rpc::StatsResponse* out) const;
 
  private:
-  static constexpr int kMaxApis = 100;  // above the largest Request body field number (82)
+  // Above the largest Request body field number (the cluster messages use 60-99).
+  static constexpr int kMaxApis = 100;
   // [CopyDirection][KvTier]: null where the pair does not occur.
   using CopyHistograms = std::array<std::array<metrics::Histogram*, 4>, 3>;
 

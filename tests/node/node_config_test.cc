@@ -113,6 +113,20 @@ peer:
 logging:
   level: debug
   format: json
+cluster:
+  advertise: "10.0.0.1:7420"
+  membership: static
+  peers:
+    - {node_id: b, address: "10.0.0.2:7420"}
+  etcd:
+    endpoints: ["10.0.0.9:2379"]
+    lease_ttl_s: 4
+    prefix: /x/
+    poll_interval: 200ms
+  directory:
+    batch_ms: 20
+    lookup_timeout: 1s
+    max_batch_events: 100
 )";
 
 NodeConfig EveryKeyExpected() {
@@ -156,6 +170,12 @@ NodeConfig EveryKeyExpected() {
   e.shutdown = {std::chrono::milliseconds(1500), false};
   e.peer = {true, std::chrono::milliseconds(750), 16ll << 20, "tcp", "lo"};
   e.logging = {"debug", "json"};
+  ClusterSection& cl = e.cluster;
+  cl.advertise = "10.0.0.1:7420";
+  cl.membership = MembershipKind::kStatic;
+  cl.peers = {{"b", "10.0.0.2:7420"}};
+  cl.etcd = {{"10.0.0.9:2379"}, 4, "/x/", std::chrono::milliseconds(200)};
+  cl.directory = {20, std::chrono::milliseconds(1000), 100};
   return e;
 }
 
@@ -217,6 +237,16 @@ TEST(NodeConfigTest, EveryKeySetToANonDefaultValueIsRead) {
   EXPECT_NE(expected.peer.ucx_net_devices, d.peer.ucx_net_devices);
   EXPECT_NE(expected.logging.level, d.logging.level);
   EXPECT_NE(expected.logging.format, d.logging.format);
+  EXPECT_NE(expected.cluster.advertise, d.cluster.advertise);
+  EXPECT_NE(expected.cluster.membership, d.cluster.membership);
+  EXPECT_NE(expected.cluster.peers, d.cluster.peers);
+  EXPECT_NE(expected.cluster.etcd.endpoints, d.cluster.etcd.endpoints);
+  EXPECT_NE(expected.cluster.etcd.lease_ttl_s, d.cluster.etcd.lease_ttl_s);
+  EXPECT_NE(expected.cluster.etcd.prefix, d.cluster.etcd.prefix);
+  EXPECT_NE(expected.cluster.etcd.poll_interval, d.cluster.etcd.poll_interval);
+  EXPECT_NE(expected.cluster.directory.batch_ms, d.cluster.directory.batch_ms);
+  EXPECT_NE(expected.cluster.directory.lookup_timeout, d.cluster.directory.lookup_timeout);
+  EXPECT_NE(expected.cluster.directory.max_batch_events, d.cluster.directory.max_batch_events);
 }
 
 TEST(NodeConfigTest, TheOtherScaleAndSecretSources) {

@@ -1,0 +1,150 @@
+// PrefixDirectory: the cluster prefix directory — which nodes hold which content ids, in which
+// tier — partitioned over the members by rendezvous hashing (node/directory_shard.h). It is the
+// PrefixLocator (node/prefix_locator.h) of a node in a cluster.
+//
+//   home       every content id has one home node among the current members (this node
+//              included); a home keeps only its shard: the holders of its ids.
+//   feed       a publisher thread polls this node's KV events every cluster.directory.batch_ms,
+//              folds them into this node's holdings (best tier per id) and sends the changes to
+//              the ids' homes in DirectoryUpdate messages (at most max_batch_events entries each;
+//              one per home, homes in parallel); its own share it applies directly. A home that
+//              did not answer keeps its changes queued for the next round. So a home's shard lags
+//              a holder by at most batch_ms plus one round trip while the home is reachable.
+//   members    on a membership change (PeerTable listener) the next round re-publishes only the
+//              holdings whose home moved (and every holding homed at a member that came back with
+//              a new incarnation); a home drops the entries of members that left and the ids no
+//              longer homed at it.
+//   locate     Locate(ids) asks the homes of those ids (one DirectoryLocate per home, in
+//              parallel, each within the timeout) and returns their holders (this node left out).
+//
+// An answer is a belief (prefix_locator.h): stale by up to a batch interval, and an entry of a
+// holder that died stays until membership drops it. KV events lost to a full event ring are
+// logged (the holdings may then miss ids until they are stored again).
+//
+// DirectoryTransport carries the two messages to a home; MakePeerDirectoryTransport uses the
+// authenticated control plane (role PEER, one cached connection per peer); tests may wire
+// directories together in-process.
+//
+// Thread safety: thread-safe. The publisher thread is the only one that sends updates.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "node/directory_shard.h"
+#include "node/node_config.h"
+#include "node/peer_table.h"
+#include "node/prefix_locator.h"
+#include "node/proto/kvmesh_rpc.pb.h"
+#include "pool/kv_events.h"
+
+namespace kvmesh {
+
+class DirectoryTransport {
+ public:
+  virtual ~DirectoryTransport() = default;
+  [[nodiscard]] virtual Status Update(const PeerInfo& home, const rpc::DirectoryUpdateRequest& req,
+                                      std::chrono::milliseconds timeout) = 0;
+  [[nodiscard]] virtual Result<rpc::DirectoryLocateResponse> Locate(
+      const PeerInfo& home, const rpc::DirectoryLocateRequest& req,
+      std::chrono::milliseconds timeout) = 0;
+};
+
+// Over the control plane: NodeClient to home.control_address with role PEER and `secret`.
+std::unique_ptr<DirectoryTransport> MakePeerDirectoryTransport(std::string self_id,
+                                                               std::string secret);
+
+struct DirectoryStats {
+  std::int64_t shard_ids = 0;         // ids homed here with a holder
+  std::int64_t held_ids = 0;          // ids this node holds
+  std::int64_t updates_sent = 0;      // entries sent to other homes
+  std::int64_t updates_received = 0;  // entries applied from peers
+  std::int64_t republished = 0;       // entries re-sent because their home moved
+  std::int64_t send_failures = 0;
+  std::int64_t events_lost = 0;
+};
+
+// The holders of one id, this node included (for ClusterLookup).
+struct LocateAllResult {
+  std::vector<std::vector<BlockHolder>> holders;  // per id
+  std::vector<std::string> unreachable_homes;
+  std::int32_t homes = 0;    // distinct homes of the ids
+  std::int32_t members = 0;  // in this node's view, itself included
+};
+
+class PrefixDirectory final : public PrefixLocator {
+ public:
+  // This node's KV events from `from_seq`, at most `max` (BlockManager::PollEvents).
+  using EventSource = std::function<KvEventBatch(std::uint64_t from_seq, std::size_t max)>;
+
+  // REQUIRES: `peers` outlives the directory. Starts the publisher thread.
+  PrefixDirectory(DirectorySection config, PeerTable* peers, EventSource events,
+                  std::unique_ptr<DirectoryTransport> transport);
+  ~PrefixDirectory() override;
+  PrefixDirectory(const PrefixDirectory&) = delete;
+  PrefixDirectory& operator=(const PrefixDirectory&) = delete;
+
+  // Stops the publisher (idempotent).
+  void Stop();
+
+  // PrefixLocator.
+  [[nodiscard]] Result<std::vector<std::vector<BlockHolder>>> Locate(
+      std::span<const ContentId> ids, std::chrono::milliseconds timeout) override;
+  // As Locate, this node's own holdings included, with the homes that did not answer.
+  [[nodiscard]] LocateAllResult LocateAll(std::span<const ContentId> ids,
+                                          std::chrono::milliseconds timeout);
+
+  // Served to peers (the DirectoryUpdate and DirectoryLocate messages).
+  [[nodiscard]] Status ApplyUpdate(const rpc::DirectoryUpdateRequest& req);
+  [[nodiscard]] Status AnswerLocate(const rpc::DirectoryLocateRequest& req,
+                                    rpc::DirectoryLocateResponse* out) const;
+
+  [[nodiscard]] HomeRing ring() const;
+  [[nodiscard]] DirectoryStats stats() const;
+  [[nodiscard]] const DirectorySection& config() const { return config_; }
+
+ private:
+  void OnMembers(const std::vector<PeerInfo>& members);
+  void Run();
+  void Round();
+  void PollEvents();
+  void ApplyMembershipChange();
+  void SendPending();
+
+  const DirectorySection config_;
+  PeerTable* const peers_;
+  const std::string self_;
+  EventSource events_;
+  std::unique_ptr<DirectoryTransport> transport_;
+
+  DirectoryShard shard_;
+  Holdings holdings_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ = false;                    // guarded by mu_
+  bool members_changed_ = true;              // guarded by mu_
+  HomeRing ring_;                            // guarded by mu_
+  std::map<std::string, PeerInfo> members_;  // guarded by mu_ (peers only)
+
+  // Publisher thread only.
+  std::uint64_t next_seq_ = 1;
+  std::map<std::string, std::uint64_t> incarnations_;
+  // Changes not yet acknowledged by their home, latest state per id.
+  std::map<ContentId, HoldingUpdate> pending_;
+
+  std::atomic<std::int64_t> updates_sent_{0}, updates_received_{0}, republished_{0},
+      send_failures_{0}, events_lost_{0};
+  std::thread thread_;
+};
+
+}  // namespace kvmesh

@@ -1,0 +1,162 @@
+// Three kvnode processes on loopback with a real etcd (skipped without etcd): a prefix stored on A
+// is located from C through the partitioned directory; A's eviction reaches the directory within
+// the batch bound; A leaving removes its entries.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <thread>
+
+#include "common/strings.h"
+#include "tests/node/etcd_process.h"
+#include "tests/node/node_process.h"
+
+namespace kvmesh {
+namespace {
+
+using namespace std::chrono_literals;
+using node_test::EtcdProcess;
+using node_test::KvnodeProcess;
+using node_test::ScratchDir;
+
+constexpr int kBatchMs = 50;
+constexpr std::int64_t kT = 16;  // tokens per block of TestConfig
+
+std::string ClusterConfig(const std::filesystem::path& dir, const std::string& id,
+                          const std::string& etcd) {
+  // No host or disk tier: an evicted block is gone from the node entirely.
+  std::string y = node_test::TestConfig(
+      dir, 4096, "", "",
+      StrCat("cluster:\n  membership: etcd\n  etcd:\n    endpoints: [\"", etcd,
+             "\"]\n    lease_ttl_s: 2\n    prefix: /kvmesh-test/\n    poll_interval: 100ms\n"
+             "  directory:\n    batch_ms: ",
+             kBatchMs, "\n"));
+  const std::string from = "node_id: test-node";
+  y.replace(y.find(from), from.size(), "node_id: " + id);
+  return y;
+}
+
+std::vector<Token> Prompt(int blocks, Token base) {
+  std::vector<Token> p;
+  for (int i = 0; i < blocks * kT + 1; ++i) p.push_back(base + i);
+  return p;
+}
+
+Result<rpc::ClusterLookupResponse> ClusterLookup(NodeClient& c, const std::vector<Token>& p) {
+  rpc::Request r;
+  r.mutable_cluster_lookup()->mutable_tokens()->Add(p.begin(), p.end());
+  KVMESH_ASSIGN_OR_RETURN(rpc::Response resp, c.Call(std::move(r)));
+  return std::move(*resp.mutable_cluster_lookup());
+}
+
+// The prefix tokens the lookup credits `node` with (0 when absent).
+std::int64_t PrefixOf(const rpc::ClusterLookupResponse& r, const std::string& node) {
+  for (const rpc::NodePrefix& n : r.nodes()) {
+    if (n.node_id() == node) return n.prefix_tokens();
+  }
+  return 0;
+}
+
+// Polls `c`'s ClusterLookup until `pred` holds or `timeout` passes; the time it took.
+template <typename Pred>
+std::optional<std::chrono::milliseconds> Until(NodeClient& c, const std::vector<Token>& p,
+                                               Pred pred, std::chrono::milliseconds timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < timeout) {
+    Result<rpc::ClusterLookupResponse> r = ClusterLookup(c, p);
+    if (r.ok() && pred(*r)) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - start);
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return std::nullopt;
+}
+
+TEST(ClusterDirectoryTest, StoredOnALocatedFromCEvictionAndLeaveReachTheDirectory) {
+  if (node_test::EtcdBinary().empty()) GTEST_SKIP() << node_test::kEtcdMissing;
+  ScratchDir dir;
+  auto etcd = EtcdProcess::Start(dir.path() / "etcd");
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  std::map<std::string, std::unique_ptr<KvnodeProcess>> nodes;
+  for (const std::string id : {"a", "b", "c"}) {
+    std::filesystem::create_directories(dir.path() / id);
+    auto n = KvnodeProcess::Start(dir.path() / id,
+                                  ClusterConfig(dir.path() / id, id, (*etcd)->endpoint()));
+    ASSERT_TRUE(n.ok()) << n.status();
+    nodes[id] = std::move(n).value();
+  }
+  auto a = nodes["a"]->Connect("engine-a");
+  auto c = nodes["c"]->Connect("router-c");
+  ASSERT_TRUE(a.ok() && c.ok());
+  // 12 full blocks, so the homes of its ids spread over all three nodes.
+  const std::vector<Token> p = Prompt(12, 1000);
+  ASSERT_TRUE((*a)->Admit(1, p).ok());
+  ASSERT_TRUE((*a)->StoreFullBlocks(1).ok());
+  ASSERT_TRUE((*a)->Release(1).ok());
+
+  // Located from C: A holds all 12 blocks in its pool; a router should pick A.
+  const auto seen = Until(
+      **c, p,
+      [](const rpc::ClusterLookupResponse& r) {
+        return r.members() == 3 && PrefixOf(r, "a") == 12 * kT;
+      },
+      10s);
+  ASSERT_TRUE(seen.has_value()) << nodes["c"]->process().Stderr();
+  Result<rpc::ClusterLookupResponse> r = ClusterLookup(**c, p);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->recommended(), "a");
+  ASSERT_EQ(r->nodes_size(), 1);
+  EXPECT_EQ(r->nodes(0).pool_tokens(), 12 * kT);
+  EXPECT_EQ(r->full_blocks(), 12);
+  EXPECT_EQ(r->unreachable_homes_size(), 0);
+
+  // A evicts everything (kvctl evict --below-priority 101): the directory forgets A's blocks
+  // within a batch interval plus the round trips (bounded here at 20 intervals for a loaded CI).
+  auto op = nodes["a"]->Connect("kvctl");
+  ASSERT_TRUE(op.ok());
+  rpc::Request evict;
+  evict.mutable_evict()->set_below_priority(101);
+  Result<rpc::Response> evicted = (*op)->Call(std::move(evict));
+  ASSERT_TRUE(evicted.ok()) << evicted.status();
+  EXPECT_GE(evicted->evict().evicted(), 12);
+  const auto forgotten = Until(
+      **c, p, [](const rpc::ClusterLookupResponse& r) { return r.nodes_size() == 0; }, 5s);
+  ASSERT_TRUE(forgotten.has_value());
+  EXPECT_LT(forgotten->count(), 20 * kBatchMs) << "staleness after eviction";
+  std::printf("directory staleness after eviction: %lld ms (batch_ms %d)\n",
+              static_cast<long long>(forgotten->count()), kBatchMs);
+
+  // Stored again on A, and a shorter prefix of it on B: both listed, A first.
+  ASSERT_TRUE((*a)->Admit(2, p).ok());
+  ASSERT_TRUE((*a)->StoreFullBlocks(2).ok());
+  ASSERT_TRUE((*a)->Release(2).ok());
+  auto b = nodes["b"]->Connect("engine-b");
+  ASSERT_TRUE(b.ok());
+  const std::vector<Token> half(p.begin(), p.begin() + 5 * kT + 1);
+  ASSERT_TRUE((*b)->Admit(1, half).ok());
+  ASSERT_TRUE((*b)->StoreFullBlocks(1).ok());
+  ASSERT_TRUE((*b)->Release(1).ok());
+  ASSERT_TRUE(Until(
+                  **c, p,
+                  [](const rpc::ClusterLookupResponse& r) {
+                    return PrefixOf(r, "a") == 12 * kT && PrefixOf(r, "b") == 5 * kT &&
+                           r.recommended() == "a";
+                  },
+                  5s)
+                  .has_value());
+
+  // A leaves (SIGTERM: lease revoked): its entries go, B's stay; the cluster is now two nodes.
+  a->reset();
+  op->reset();
+  ASSERT_TRUE(nodes["a"]->Terminate().has_value());
+  const auto left = Until(
+      **c, p,
+      [](const rpc::ClusterLookupResponse& r) {
+        return r.members() == 2 && PrefixOf(r, "a") == 0 && PrefixOf(r, "b") == 5 * kT;
+      },
+      10s);
+  EXPECT_TRUE(left.has_value()) << nodes["c"]->process().Stderr();
+}
+
+}  // namespace
+}  // namespace kvmesh
