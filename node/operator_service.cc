@@ -311,7 +311,9 @@ Status OperatorService::Evict(const rpc::EvictRequest& in, rpc::EvictResponse* o
   out->set_kept_partial(o.kept_partial);
   out->set_dry_run(sel.dry_run);
   if (!sel.dry_run) {
-    // Claimed blocks are offloaded synchronously (store/offload_engine.h): counted by now.
+    // Claimed blocks leave through the deferred path like every other victim (their copies run on
+    // the copy workers): wait for them, so the answer says what reached a tier.
+    c_.cache->engine().Drain();
     out->set_offloaded(c_.cache->engine().stats().offload.blocks - offloads_before);
     if (c_.metrics != nullptr) c_.metrics->AddOperatorEvicted(o.evicted);
     KVMESH_LOG_INFO(

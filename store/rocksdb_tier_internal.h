@@ -37,7 +37,10 @@ inline constexpr std::uint8_t kMetaFormat = 1;
 struct CapacityFractions {
   double write_limit, resume, target;
 };
-inline constexpr CapacityFractions kBlobFractions{0.9, 0.85, 0.8};
+// Blob files: 20% of room, not 10%: blob garbage collection runs inside compactions, which lag the
+// puts on a busy machine (the on-disk peak reached 1.02 of the capacity at 0.9 under a parallel test
+// run).
+inline constexpr CapacityFractions kBlobFractions{0.8, 0.75, 0.7};
 inline constexpr CapacityFractions kSstFractions{0.7, 0.65, 0.55};
 inline const CapacityFractions& FractionsFor(const RocksDbTierOptions& o) {
   return o.enable_blob_files ? kBlobFractions : kSstFractions;

@@ -44,7 +44,7 @@ std::vector<LiveCommand> LiveCommands() {
 class KvctlLiveTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto n = KvnodeProcess::Start(dir_.path(), TestConfig(dir_.path(), 4096, "8MiB", "64MiB"));
+    auto n = KvnodeProcess::Start(dir_.path(), TestConfig(dir_.path(), 4096, "8MiB", "256MiB"));
     ASSERT_TRUE(n.ok()) << n.status();
     node_ = std::move(n).value();
   }
