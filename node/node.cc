@@ -247,6 +247,11 @@ Status Node::StartPeers() {
   locator_ = std::make_unique<AskPeersLocator>(peers_.get(), peer_sessions_.get());
   RemoteFetchOptions f;
   f.deadline = c.fetch_deadline;
+  handoff_sender_ =
+      std::make_unique<HandoffSender>(cache_.get(), peer_sessions_.get(), description_.tcp_listen);
+  handoff_receiver_ = std::make_unique<HandoffReceiver>(cache_.get(), peer_sessions_.get(),
+                                                        peers_.get(), pools_.views(), codecs);
+  peer_service_->SetHandoff(handoff_receiver_.get());
   fetcher_ = std::make_unique<RemoteFetcher>(f, cache_.get(), peer_sessions_.get(), locator_.get(),
                                              pools_.views(), std::move(codecs));
   return Status::Ok();
@@ -300,6 +305,8 @@ void Node::StartServices() {
 
 void Node::ResetPeers() {
   fetcher_.reset();
+  handoff_sender_.reset();
+  handoff_receiver_.reset();
   locator_.reset();
   peer_service_.reset();
   block_source_.reset();

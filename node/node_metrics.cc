@@ -13,7 +13,7 @@ constexpr rpc::Request::BodyCase kApis[] = {
     rpc::Request::kPools,        rpc::Request::kListBlocks,   rpc::Request::kTree,
     rpc::Request::kInspectBlock, rpc::Request::kStats,        rpc::Request::kEvict,
     rpc::Request::kFlush,        rpc::Request::kEngineReport, rpc::Request::kPeerHello,
-    rpc::Request::kHaveBlocks,   rpc::Request::kFetchBlocks};
+    rpc::Request::kHaveBlocks,   rpc::Request::kFetchBlocks,  rpc::Request::kHandoff};
 
 std::string_view DirectionName(CopyDirection d) {
   switch (d) {
@@ -56,6 +56,7 @@ std::string_view ApiName(rpc::Request::BodyCase body) {
     case rpc::Request::kPeerHello: return "peer_hello";
     case rpc::Request::kHaveBlocks: return "have_blocks";
     case rpc::Request::kFetchBlocks: return "fetch_blocks";
+    case rpc::Request::kHandoff: return "handoff";
     case rpc::Request::BODY_NOT_SET: break;
   }
   return "";
