@@ -143,6 +143,11 @@ Status EngineService::Attach(EngineSession& s, rpc::AttachResponse* out,
   out->set_num_attention_heads(description_.num_attention_heads);
   const ContentId ns = NamespaceDigest(cache_->manager().config().key_namespace);
   out->set_namespace_digest(std::string(reinterpret_cast<const char*>(ns.bytes.data()), ns.kBytes));
+  KeyNamespace hnd = cache_->manager().config().key_namespace;
+  hnd.layout = KvLayout::kHND;
+  const ContentId of = NamespaceDigest(hnd);
+  out->set_order_free_namespace_digest(
+      std::string(reinterpret_cast<const char*>(of.bytes.data()), of.kBytes));
   pools_->DescribeForAttach(out, fds);
   return Status::Ok();
 }

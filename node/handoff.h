@@ -23,7 +23,11 @@
 //      every block is held or a run brings none; each run's blocks are verified and published;
 //   3. answers wanted / had / moved / held. Anything not moved is a miss the decode engine
 //      computes, never wrong data.
-// The layout order of the two pools must be equal (the geometry fingerprints include it).
+// Layout conversion: when the sender's pools are in the other order (HND vs NHD; the hello's
+// fingerprints equal ours but for the order: PeerSessions::OtherOrder), each bundle is verified and
+// decoded as a block of the sender's geometry into the reserved (hidden) block, then converted in
+// place through a one-block scratch (kernels/block_copy.h) before it is published. CPU-addressable
+// pools only (the node's pools here are host memory). Everything else must be equal.
 //
 // Thread safety: both thread-safe; HandOff and Handle block (network, transfers).
 #pragma once
@@ -71,6 +75,7 @@ struct HandoffReceiverStats {
   std::int64_t handoffs = 0;
   std::int64_t moved_blocks = 0;
   std::int64_t had_blocks = 0;
+  std::int64_t converted_blocks = 0;  // pool blocks converted HND <-> NHD
 };
 
 class HandoffReceiver {
@@ -88,16 +93,27 @@ class HandoffReceiver {
   Status Handle(const SessionInfo& session, const rpc::HandoffRequest& in,
                 rpc::HandoffResponse* out);
   [[nodiscard]] HandoffReceiverStats stats() const {
-    return {handoffs_.load(), moved_.load(), had_.load()};
+    return {handoffs_.load(), moved_.load(), had_.load(), converted_.load()};
   }
 
  private:
+  // Our pools' memory and bundles described in the other order, and a one-block scratch per pool.
+  struct Conversion {
+    std::vector<KvPoolView> theirs;
+    std::vector<BundleCodec> codecs;
+    std::vector<KvPoolView> scratch;
+    std::vector<std::vector<std::byte>> memory;
+  };
+  Result<Conversion> MakeConversion() const;
+  Status Convert(const Conversion& c, std::size_t pool, std::int64_t block) const;
+
   TieredCache* const cache_;
   PeerSessions* const sessions_;
   PeerTable* const peers_;
   const std::vector<KvPoolView> views_;
   const std::vector<BundleCodec> codecs_;
   std::atomic<std::int64_t> handoffs_{0}, moved_{0}, had_{0};
+  mutable std::atomic<std::int64_t> converted_{0};
 };
 
 }  // namespace kvmesh

@@ -223,10 +223,15 @@ Status Node::StartPeers() {
   KVMESH_ASSIGN_OR_RETURN(const LoadedSecret secret, LoadSecret(source));
   o.secret = secret.secret;
   o.namespace_digest = NamespaceDigest(cache_->manager().config().key_namespace);
+  KeyNamespace other_ns = cache_->manager().config().key_namespace;
+  other_ns.layout = other_ns.layout == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
+  o.other_order_namespace_digest = NamespaceDigest(other_ns);
   std::vector<std::int64_t> bundle_bytes;
   for (const RankPool& p : pools_.pools()) {
     KVMESH_ASSIGN_OR_RETURN(BundleCodec codec, BundleCodec::Create(p.layout, p.pool_scale));
     o.fingerprints.push_back(codec.fingerprint());
+    const KvLayout other = p.layout.order() == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
+    o.other_order_fingerprints.push_back(FingerprintOf(WithOrder(p.layout, other), p.pool_scale));
     o.staging_slot_bytes =
         std::max(o.staging_slot_bytes, static_cast<std::uint64_t>(codec.bundle_bytes()));
     bundle_bytes.push_back(codec.bundle_bytes());

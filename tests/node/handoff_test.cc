@@ -2,9 +2,12 @@
 //   - every block of a prompt computed on the prefill node A is handed to the decode node B (which
 //     did not list A: it learns A's address from the request); B's Admit of the same prompt then
 //     hits them all in its pool and the synthetic engine's dense-reference checks pass on them;
+//   - the same with A in HND and B in NHD (and back): converted on receipt, checks passing on B;
 //   - blocks B already holds are not moved; only the rest are;
 //   - a decode node that stops answering: the handoff fails within the peer request timeout and
 //     the source blocks, pinned while it waited, are unpinned (no leak).
+#include "node/handoff.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -14,7 +17,6 @@
 #include <string>
 #include <thread>
 
-#include "node/handoff.h"
 #include "node/node.h"
 #include "node/node_config.h"
 #include "node/synthetic_engine.h"
@@ -30,9 +32,11 @@ using node_test::TestConfig;
 
 constexpr std::int32_t kBlockTokens = 16;  // TestConfig's tokens_per_block
 
-std::string PeerConfig(const std::filesystem::path& dir, const std::string& node_id) {
+std::string PeerConfig(const std::filesystem::path& dir, const std::string& node_id,
+                       const std::string& kv_layout = "HND") {
   std::string yaml = TestConfig(dir, 4096, "8MiB", "64MiB",
-                                "peer:\n  enabled: true\n  ucx_tls: tcp\n  ucx_net_devices: lo\n");
+                                "peer:\n  enabled: true\n  ucx_tls: tcp\n  ucx_net_devices: lo\n",
+                                "", "  kv_layout: " + kv_layout + "\n");
   const std::string from = "node_id: test-node";
   yaml.replace(yaml.find(from), from.size(), "node_id: " + node_id);
   return yaml;
@@ -60,8 +64,9 @@ SyntheticWorkloadStats RunOn(const std::string& socket, const std::vector<TraceR
   return s.ok() ? *s : SyntheticWorkloadStats{};
 }
 
-std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id) {
-  Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id), "test");
+std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id,
+                                const std::string& kv_layout = "HND") {
+  Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id, kv_layout), "test");
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return nullptr;
   Result<std::unique_ptr<Node>> node = Node::Start(*config);
@@ -75,10 +80,11 @@ std::int64_t PinnedBlocks(Node& node) {
   return pinned;
 }
 
-TEST(HandoffTest, EveryBlockIsHandedOffAndTheDecodeAdmitHitsThemAll) {
+// Prefill on A in `from` order, decode on B in `to` order.
+void ExpectEveryBlockHandedOff(const std::string& from, const std::string& to) {
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b");
+  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", from);
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", to);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto requests = Prompt(1000, 8);
@@ -101,6 +107,8 @@ TEST(HandoffTest, EveryBlockIsHandedOffAndTheDecodeAdmitHitsThemAll) {
   EXPECT_EQ(PinnedBlocks(*b), 0);
   EXPECT_NE(b->peers()->Find("node-a"), nullptr);
   EXPECT_EQ(b->handoff_receiver()->stats().moved_blocks, 7);
+  const auto pools = static_cast<std::int64_t>(b->pools().pools().size());
+  EXPECT_EQ(b->handoff_receiver()->stats().converted_blocks, from == to ? 0 : 7 * pools);
 
   const SyntheticWorkloadStats decode = RunOn(b->unix_socket(), requests);
   EXPECT_EQ(decode.failed_requests, 0) << decode.first_error;
@@ -109,6 +117,34 @@ TEST(HandoffTest, EveryBlockIsHandedOffAndTheDecodeAdmitHitsThemAll) {
   EXPECT_EQ(decode.pool_hit_blocks, 7);  // in B's own pool: no fetch at admission
   EXPECT_EQ(decode.remote_hit_blocks, 0);
   EXPECT_EQ(decode.reused_tokens, 7 * kBlockTokens);
+  b->Shutdown();
+  a->Shutdown();
+}
+
+TEST(HandoffTest, EveryBlockIsHandedOffAndTheDecodeAdmitHitsThemAll) {
+  ExpectEveryBlockHandedOff("HND", "HND");
+}
+
+TEST(HandoffTest, HndBlocksAreConvertedToNhdOnReceipt) { ExpectEveryBlockHandedOff("HND", "NHD"); }
+
+TEST(HandoffTest, NhdBlocksAreConvertedToHndOnReceipt) { ExpectEveryBlockHandedOff("NHD", "HND"); }
+
+// Remote prefix fetch at admission does not convert: a peer in the other order is not asked.
+TEST(HandoffTest, AdmitDoesNotFetchFromAPeerInTheOtherOrder) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", "HND");
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", "NHD");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto requests = Prompt(5000, 4);
+  ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
+  b->peers()->Upsert({.node_id = "node-a", .control_address = a->tcp_address()});
+  ASSERT_TRUE(b->peer_sessions()->Link("node-a").ok());
+  EXPECT_TRUE(b->peer_sessions()->OtherOrder("node-a"));
+  const SyntheticWorkloadStats on_b = RunOn(b->unix_socket(), requests);
+  EXPECT_EQ(on_b.check_failures, 0) << on_b.first_error;
+  EXPECT_EQ(on_b.remote_hit_blocks, 0);
+  EXPECT_EQ(b->remote_fetcher()->stats().fetches, 0);
   b->Shutdown();
   a->Shutdown();
 }
@@ -181,7 +217,7 @@ TEST(HandoffTest, SourceBlocksAreUnpinnedWhenTheDecodeNodeDoesNotAnswer) {
   EXPECT_LT(took, std::chrono::milliseconds(3000));  // the peer request timeout is 2 s
   const auto pools = static_cast<std::int64_t>(a->pools().pools().size());
   EXPECT_EQ(pinned_while_waiting.load(), 7 * pools);  // pinned while the decode node had them
-  EXPECT_EQ(PinnedBlocks(*a), 0);                   // and unpinned when the wait ended
+  EXPECT_EQ(PinnedBlocks(*a), 0);                     // and unpinned when the wait ended
   a->Shutdown();
 }
 
