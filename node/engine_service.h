@@ -78,6 +78,8 @@ class NodeMetrics;
 class OperatorService;
 class PeerService;
 class RemoteFetcher;
+class HandoffSender;
+class PeerTable;
 
 class EngineService final : public RequestHandler {
  public:
@@ -103,6 +105,12 @@ class EngineService final : public RequestHandler {
     peer_ = service;
     fetcher_ = fetcher;
   }
+  // Who answers HandOffTo (node/handoff.h) and the peer table it adds the decode node to. Null:
+  // kNotSupported. Set before the server serves.
+  void SetHandoff(HandoffSender* sender, PeerTable* peers) {
+    handoff_ = sender;
+    handoff_peers_ = peers;
+  }
 
   [[nodiscard]] std::int64_t open_sessions() const { return open_sessions_.load(); }
   // Sequences released because their connection closed without Release (cumulative).
@@ -115,6 +123,7 @@ class EngineService final : public RequestHandler {
 
   Status Attach(EngineSession& s, rpc::AttachResponse* out, std::vector<int>* fds) const;
   Status Admit(EngineSession& s, const rpc::AdmitRequest& in, rpc::AdmitResponse* out);
+  Status HandOffTo(const rpc::HandOffToRequest& in, rpc::HandoffResponse* out);
   Status StoreFullBlocks(EngineSession& s, const rpc::StoreFullBlocksRequest& in,
                          rpc::StoreFullBlocksResponse* out);
   Status AppendTokens(EngineSession& s, const rpc::AppendTokensRequest& in,
@@ -136,6 +145,8 @@ class EngineService final : public RequestHandler {
   OperatorService* operator_ = nullptr;
   PeerService* peer_ = nullptr;
   RemoteFetcher* fetcher_ = nullptr;
+  HandoffSender* handoff_ = nullptr;
+  PeerTable* handoff_peers_ = nullptr;
 };
 
 }  // namespace kvmesh

@@ -298,6 +298,7 @@ void Node::StartServices() {
   service_->SetMetrics(metrics_.get());
   service_->SetOperator(operator_.get());
   service_->SetPeer(peer_service_.get(), fetcher_.get());
+  service_->SetHandoff(handoff_sender_.get(), peers_.get());
   // The scrape-time families read the cache from now on (they run on the metrics thread).
   metrics_->registry().RemoveCollector(node_collector_);
   sources_.cache = cache_.get();

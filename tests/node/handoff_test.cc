@@ -4,6 +4,8 @@
 //     hits them all in its pool and the synthetic engine's dense-reference checks pass on them;
 //   - the same with A in HND and B in NHD (and back): converted on receipt, checks passing on B;
 //   - blocks B already holds are not moved; only the rest are;
+//   - kvnode processes, HND prefill and NHD decode: a client asks the prefill node to hand off
+//     (HandOffTo), decode on the other node checked step by step; a second handoff moves nothing;
 //   - a decode node that stops answering: the handoff fails within the peer request timeout and
 //     the source blocks, pinned while it waited, are unpinned (no leak).
 #include "node/handoff.h"
@@ -17,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "node/client.h"
 #include "node/node.h"
 #include "node/node_config.h"
 #include "node/synthetic_engine.h"
@@ -219,6 +222,48 @@ TEST(HandoffTest, SourceBlocksAreUnpinnedWhenTheDecodeNodeDoesNotAnswer) {
   EXPECT_EQ(pinned_while_waiting.load(), 7 * pools);  // pinned while the decode node had them
   EXPECT_EQ(PinnedBlocks(*a), 0);                     // and unpinned when the wait ended
   a->Shutdown();
+}
+
+// Prefill on one kvnode process, handoff asked of it by a client (HandOffTo, as an engine or a tool
+// would), decode on another kvnode process in the other order: every decode step checked.
+TEST(HandoffTest, KvnodeProcessesPrefillHereDecodeThere) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir.path() / "p");
+  std::filesystem::create_directories(dir.path() / "d");
+  auto prefill =
+      KvnodeProcess::Start(dir.path() / "p", PeerConfig(dir.path() / "p", "prefill-1", "HND"));
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  auto decode =
+      KvnodeProcess::Start(dir.path() / "d", PeerConfig(dir.path() / "d", "decode-1", "NHD"));
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  const auto requests = Prompt(6000, 12);
+  ASSERT_EQ(RunOn((*prefill)->unix_socket(), requests).check_failures, 0);
+
+  NodeClientOptions o;
+  o.address = (*prefill)->unix_socket();
+  o.secret = kTestSecret;
+  auto client = NodeClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  Result<rpc::HandoffResponse> r = (*client)->HandOffTo("decode-1", (*decode)->tcp_address(),
+                                                        TraceTokens(requests[0], kBlockTokens));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->wanted_blocks(), 11);
+  EXPECT_EQ(r->had_blocks(), 0);
+  EXPECT_EQ(r->moved_blocks(), 11);
+  EXPECT_EQ(r->held_blocks(), 11);
+  // A second handoff of the same prompt moves nothing.
+  Result<rpc::HandoffResponse> again = (*client)->HandOffTo("decode-1", (*decode)->tcp_address(),
+                                                            TraceTokens(requests[0], kBlockTokens));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->had_blocks(), 11);
+  EXPECT_EQ(again->moved_blocks(), 0);
+
+  const SyntheticWorkloadStats on_decode = RunOn((*decode)->unix_socket(), requests);
+  EXPECT_EQ(on_decode.failed_requests, 0) << on_decode.first_error;
+  EXPECT_EQ(on_decode.check_failures, 0) << on_decode.first_error;
+  EXPECT_GT(on_decode.checks, 0);
+  EXPECT_EQ(on_decode.pool_hit_blocks, 11);
+  EXPECT_EQ(on_decode.remote_hit_blocks, 0);
 }
 
 }  // namespace
