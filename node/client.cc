@@ -318,6 +318,22 @@ Result<AdmitReply> NodeClient::Admit(std::uint64_t request_id, std::span<const T
   return out;
 }
 
+Result<rpc::HandoffResponse> NodeClient::HandOffTo(const std::string& to_node_id,
+                                                   const std::string& to_address,
+                                                   std::span<const Token> tokens,
+                                                   const SequenceOptions& options,
+                                                   std::uint32_t deadline_ms) {
+  rpc::Request req;
+  rpc::HandOffToRequest* h = req.mutable_hand_off_to();
+  h->set_to_node_id(to_node_id);
+  h->set_to_address(to_address);
+  h->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  ToProto(options, h->mutable_options());
+  h->set_deadline_ms(deadline_ms);
+  KVMESH_ASSIGN_OR_RETURN(rpc::Response r, Call(std::move(req)));
+  return std::move(*r.mutable_hand_off_to());
+}
+
 Result<std::int64_t> NodeClient::StoreFullBlocks(std::uint64_t request_id,
                                                  std::optional<std::int64_t> num_computed_tokens) {
   rpc::Request req;

@@ -78,6 +78,13 @@ class NodeClient {
   Result<rpc::LookupResponse> Lookup(std::span<const Token> tokens,
                                      const SequenceOptions& options = {});
   Result<KvEventBatch> PollEvents(std::uint64_t from_seq, std::uint32_t max_events = 0);
+  // Asks this (prefill) node to hand the prompt's blocks to decode node `to_node_id` at
+  // `to_address` (node/handoff.h); the decode node's answer.
+  Result<rpc::HandoffResponse> HandOffTo(const std::string& to_node_id,
+                                         const std::string& to_address,
+                                         std::span<const Token> tokens,
+                                         const SequenceOptions& options = {},
+                                         std::uint32_t deadline_ms = 0);
   Result<rpc::StatusResponse> GetStatus();
 
   // A subscription to KV events from `from_seq` (SubscribeEvents): the node then pushes event

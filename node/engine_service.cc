@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "node/cluster_service.h"
+#include "node/handoff.h"
 #include "node/node_metrics.h"
 #include "node/operator_service.h"
 #include "node/peer_service.h"
@@ -95,6 +96,9 @@ HandlerResult EngineService::Handle(SessionState& session, const rpc::Request& r
       break;
     }
     case rpc::Request::kStatus: FillStatus(r.mutable_status()); break;
+    case rpc::Request::kHandOffTo:
+      st = HandOffTo(request.hand_off_to(), r.mutable_hand_off_to());
+      break;
     default:
       if (PeerService::Handles(request.body_case())) {
         st = peer_ == nullptr ? Status::NotSupported("this node has no peer data path")
@@ -148,7 +152,30 @@ Status EngineService::Attach(EngineSession& s, rpc::AttachResponse* out,
   out->set_num_attention_heads(description_.num_attention_heads);
   const ContentId ns = NamespaceDigest(cache_->manager().config().key_namespace);
   out->set_namespace_digest(std::string(reinterpret_cast<const char*>(ns.bytes.data()), ns.kBytes));
+  KeyNamespace hnd = cache_->manager().config().key_namespace;
+  hnd.layout = KvLayout::kHND;
+  const ContentId of = NamespaceDigest(hnd);
+  out->set_order_free_namespace_digest(
+      std::string(reinterpret_cast<const char*>(of.bytes.data()), of.kBytes));
   pools_->DescribeForAttach(out, fds);
+  return Status::Ok();
+}
+
+Status EngineService::HandOffTo(const rpc::HandOffToRequest& in, rpc::HandoffResponse* out) {
+  if (handoff_ == nullptr) return Status::NotSupported("this node has no peer data path");
+  if (in.to_node_id().empty()) return Status::InvalidArgument("hand_off_to: no node id");
+  KVMESH_ASSIGN_OR_RETURN(const SequenceOptions options, FromProto(in.options()));
+  if (!in.to_address().empty()) {
+    handoff_peers_->Upsert({.node_id = in.to_node_id(), .control_address = in.to_address()});
+  }
+  const std::chrono::milliseconds deadline(in.deadline_ms() == 0 ? 5000 : in.deadline_ms());
+  KVMESH_ASSIGN_OR_RETURN(
+      const HandoffResult r,
+      handoff_->HandOff(in.to_node_id(), TokensOf(in.tokens()), options, deadline));
+  out->set_wanted_blocks(r.wanted_blocks);
+  out->set_had_blocks(r.had_blocks);
+  out->set_moved_blocks(r.moved_blocks);
+  out->set_held_blocks(r.held_blocks);
   return Status::Ok();
 }
 

@@ -79,6 +79,8 @@ class OperatorService;
 class PeerService;
 class RemoteFetcher;
 class ClusterService;
+class HandoffSender;
+class PeerTable;
 
 class EngineService final : public RequestHandler {
  public:
@@ -106,6 +108,12 @@ class EngineService final : public RequestHandler {
   }
   // The cluster messages (node/cluster_service.h); none: they get kNotSupported. Set before Serve.
   void SetCluster(ClusterService* service) { cluster_ = service; }
+  // Who answers HandOffTo (node/handoff.h) and the peer table it adds the decode node to. Null:
+  // kNotSupported. Set before the server serves.
+  void SetHandoff(HandoffSender* sender, PeerTable* peers) {
+    handoff_ = sender;
+    handoff_peers_ = peers;
+  }
 
   [[nodiscard]] std::int64_t open_sessions() const { return open_sessions_.load(); }
   // Sequences released because their connection closed without Release (cumulative).
@@ -118,6 +126,7 @@ class EngineService final : public RequestHandler {
 
   Status Attach(EngineSession& s, rpc::AttachResponse* out, std::vector<int>* fds) const;
   Status Admit(EngineSession& s, const rpc::AdmitRequest& in, rpc::AdmitResponse* out);
+  Status HandOffTo(const rpc::HandOffToRequest& in, rpc::HandoffResponse* out);
   Status StoreFullBlocks(EngineSession& s, const rpc::StoreFullBlocksRequest& in,
                          rpc::StoreFullBlocksResponse* out);
   Status AppendTokens(EngineSession& s, const rpc::AppendTokensRequest& in,
@@ -140,6 +149,8 @@ class EngineService final : public RequestHandler {
   PeerService* peer_ = nullptr;
   RemoteFetcher* fetcher_ = nullptr;
   ClusterService* cluster_ = nullptr;
+  HandoffSender* handoff_ = nullptr;
+  PeerTable* handoff_peers_ = nullptr;
 };
 
 }  // namespace kvmesh

@@ -228,10 +228,15 @@ Status Node::StartPeers() {
   KVMESH_ASSIGN_OR_RETURN(const LoadedSecret secret, LoadSecret(source));
   o.secret = secret.secret;
   o.namespace_digest = NamespaceDigest(cache_->manager().config().key_namespace);
+  KeyNamespace other_ns = cache_->manager().config().key_namespace;
+  other_ns.layout = other_ns.layout == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
+  o.other_order_namespace_digest = NamespaceDigest(other_ns);
   std::vector<std::int64_t> bundle_bytes;
   for (const RankPool& p : pools_.pools()) {
     KVMESH_ASSIGN_OR_RETURN(BundleCodec codec, BundleCodec::Create(p.layout, p.pool_scale));
     o.fingerprints.push_back(codec.fingerprint());
+    const KvLayout other = p.layout.order() == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
+    o.other_order_fingerprints.push_back(FingerprintOf(WithOrder(p.layout, other), p.pool_scale));
     o.staging_slot_bytes =
         std::max(o.staging_slot_bytes, static_cast<std::uint64_t>(codec.bundle_bytes()));
     bundle_bytes.push_back(codec.bundle_bytes());
@@ -256,6 +261,11 @@ Status Node::StartPeers() {
   }
   RemoteFetchOptions f;
   f.deadline = c.fetch_deadline;
+  handoff_sender_ =
+      std::make_unique<HandoffSender>(cache_.get(), peer_sessions_.get(), description_.tcp_listen);
+  handoff_receiver_ = std::make_unique<HandoffReceiver>(cache_.get(), peer_sessions_.get(),
+                                                        peers_.get(), pools_.views(), codecs);
+  peer_service_->SetHandoff(handoff_receiver_.get());
   fetcher_ = std::make_unique<RemoteFetcher>(f, cache_.get(), peer_sessions_.get(), locator,
                                              pools_.views(), std::move(codecs));
   return Status::Ok();
@@ -330,6 +340,7 @@ void Node::StartServices() {
   service_->SetOperator(operator_.get());
   service_->SetPeer(peer_service_.get(), fetcher_.get());
   service_->SetCluster(cluster_.get());
+  service_->SetHandoff(handoff_sender_.get(), peers_.get());
   // The scrape-time families read the cache from now on (they run on the metrics thread).
   metrics_->registry().RemoveCollector(node_collector_);
   sources_.cache = cache_.get();
@@ -342,6 +353,8 @@ void Node::StartServices() {
 
 void Node::ResetPeers() {
   fetcher_.reset();
+  handoff_sender_.reset();
+  handoff_receiver_.reset();
   locator_.reset();
   peer_service_.reset();
   block_source_.reset();

@@ -47,6 +47,7 @@
 #include "node/control_server.h"
 #include "node/engine_service.h"
 #include "node/membership.h"
+#include "node/handoff.h"
 #include "node/metrics_http.h"
 #include "node/node_config.h"
 #include "node/node_metrics.h"
@@ -99,6 +100,8 @@ class Node {
   PeerService* peer_service() { return peer_service_.get(); }
   BlockSource* block_source() { return block_source_.get(); }
   RemoteFetcher* remote_fetcher() { return fetcher_.get(); }
+  HandoffSender* handoff_sender() { return handoff_sender_.get(); }
+  HandoffReceiver* handoff_receiver() { return handoff_receiver_.get(); }
 
  private:
   struct Startup;
@@ -139,6 +142,8 @@ class Node {
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<AskPeersLocator> locator_;
   std::unique_ptr<RemoteFetcher> fetcher_;
+  std::unique_ptr<HandoffSender> handoff_sender_;
+  std::unique_ptr<HandoffReceiver> handoff_receiver_;
   std::unique_ptr<EngineService> service_;
   std::unique_ptr<ControlServer> server_;
   NodeMetricSources sources_;

@@ -16,7 +16,8 @@ constexpr rpc::Request::BodyCase kApis[] = {
     rpc::Request::kInspectBlock,    rpc::Request::kStats,        rpc::Request::kEvict,
     rpc::Request::kFlush,           rpc::Request::kEngineReport, rpc::Request::kDirectoryUpdate,
     rpc::Request::kDirectoryLocate, rpc::Request::kClusterLookup, rpc::Request::kPeerHello,
-    rpc::Request::kHaveBlocks,      rpc::Request::kFetchBlocks};
+    rpc::Request::kHaveBlocks,      rpc::Request::kFetchBlocks,  rpc::Request::kHandoff,
+    rpc::Request::kHandOffTo};
 
 std::string_view DirectionName(CopyDirection d) {
   switch (d) {
@@ -62,6 +63,8 @@ std::string_view ApiName(rpc::Request::BodyCase body) {
     case rpc::Request::kPeerHello: return "peer_hello";
     case rpc::Request::kHaveBlocks: return "have_blocks";
     case rpc::Request::kFetchBlocks: return "fetch_blocks";
+    case rpc::Request::kHandoff: return "handoff";
+    case rpc::Request::kHandOffTo: return "hand_off_to";
     case rpc::Request::BODY_NOT_SET: break;
   }
   return "";

@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "node/handoff.h"
 
 namespace kvmesh {
 
@@ -104,7 +105,8 @@ bool PeerService::Handles(rpc::Request::BodyCase body) {
   switch (body) {
     case rpc::Request::kPeerHello:
     case rpc::Request::kHaveBlocks:
-    case rpc::Request::kFetchBlocks: return true;
+    case rpc::Request::kFetchBlocks:
+    case rpc::Request::kHandoff: return true;
     default: return false;
   }
 }
@@ -127,6 +129,9 @@ Status PeerService::Handle(const SessionInfo& session, const rpc::Request& reque
       (st.ok() ? served_ : failed_).fetch_add(1);
       return st;
     }
+    case rpc::Request::kHandoff:
+      if (handoff_ == nullptr) return Status::NotSupported("this node takes no handoffs");
+      return handoff_->Handle(session, request.handoff(), out->mutable_handoff());
     default: return Status::InvalidArgument("not a peer request");
   }
 }

@@ -1,6 +1,7 @@
 // PeerService: what a node answers to its peers — PeerHello (node/peer_sessions.h), HaveBlocks and
 // FetchBlocks (the holder's side of remote prefix fetch, node/remote_fetch.h).
 //
+// Handoff: to the HandoffReceiver (node/handoff.h) given by SetHandoff.
 // FetchBlocks(transfer, content ids, bundle sizes, deadline), from a peer that said hello:
 //   1. checks everything the peer sent: a transfer id, at most max_fetch_blocks ids of 16 bytes,
 //      one bundle size per pool equal to ours (else kFailedPrecondition: another geometry), a
@@ -32,6 +33,8 @@
 #include "store/tiered_cache.h"
 
 namespace kvmesh {
+
+class HandoffReceiver;
 
 class BlockSource {
  public:
@@ -88,6 +91,9 @@ class PeerService {
   Status Handle(const SessionInfo& session, const rpc::Request& request, rpc::Response* out);
   [[nodiscard]] PeerServiceStats stats() const;
   [[nodiscard]] const std::vector<std::int64_t>& bundle_bytes() const { return bundle_bytes_; }
+  // Handoff requests (node/handoff.h) go to `receiver` (outlives the service; set before serving).
+  // Without one they are kNotSupported.
+  void SetHandoff(HandoffReceiver* receiver) { handoff_ = receiver; }
 
  private:
   Status HaveBlocks(const rpc::HaveBlocksRequest& in, rpc::HaveBlocksResponse* out);
@@ -98,6 +104,7 @@ class PeerService {
   PeerSessions* const sessions_;
   BlockSource* const source_;
   const std::vector<std::int64_t> bundle_bytes_;
+  HandoffReceiver* handoff_ = nullptr;
   std::atomic<std::int64_t> served_{0}, failed_{0}, sent_{0}, missing_{0}, bytes_{0};
 };
 

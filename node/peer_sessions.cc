@@ -100,23 +100,33 @@ void PeerSessions::FillHello(rpc::PeerHelloRequest* out) const {
   }
 }
 
-Status PeerSessions::CheckCompatible(
+Result<bool> PeerSessions::CheckCompatible(
     const std::string& what, const std::string& namespace_digest,
     const google::protobuf::RepeatedPtrField<std::string>& fps) const {
-  if (namespace_digest != Bytes(options_.namespace_digest.bytes.data(), ContentId::kBytes)) {
+  const bool same_ns =
+      namespace_digest == Bytes(options_.namespace_digest.bytes.data(), ContentId::kBytes);
+  const bool other_ns =
+      !options_.other_order_fingerprints.empty() &&
+      namespace_digest ==
+          Bytes(options_.other_order_namespace_digest.bytes.data(), ContentId::kBytes);
+  if (!same_ns && !other_ns) {
     return Status::FailedPrecondition(StrCat(what, ": another block namespace"));
   }
   if (fps.size() != static_cast<int>(options_.fingerprints.size())) {
     return Status::FailedPrecondition(
         StrCat(what, ": ", fps.size(), " pools, we have ", options_.fingerprints.size()));
   }
-  for (int p = 0; p < fps.size(); ++p) {
-    const GeometryFingerprint& f = options_.fingerprints[static_cast<std::size_t>(p)];
-    if (fps[p] != Bytes(f.bytes.data(), f.bytes.size())) {
-      return Status::FailedPrecondition(StrCat(what, ": pool ", p, " has another geometry"));
+  const auto equal = [&](const std::vector<GeometryFingerprint>& mine) {
+    if (mine.size() != static_cast<std::size_t>(fps.size())) return false;
+    for (int p = 0; p < fps.size(); ++p) {
+      const GeometryFingerprint& f = mine[static_cast<std::size_t>(p)];
+      if (fps[p] != Bytes(f.bytes.data(), f.bytes.size())) return false;
     }
-  }
-  return Status::Ok();
+    return true;
+  };
+  if (same_ns && equal(options_.fingerprints)) return false;
+  if (other_ns && equal(options_.other_order_fingerprints)) return true;
+  return Status::FailedPrecondition(StrCat(what, ": its pools have another geometry"));
 }
 
 Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id) {
@@ -159,12 +169,11 @@ Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id)
   if (h.node_id() != node_id) {
     return fail(Status::FailedPrecondition(StrCat("peer hello from ", h.node_id())));
   }
-  if (Status st = CheckCompatible(StrCat("peer ", node_id), h.namespace_digest(),
-                                  h.geometry_fingerprints());
-      !st.ok()) {
-    return fail(st);
-  }
+  Result<bool> other =
+      CheckCompatible(StrCat("peer ", node_id), h.namespace_digest(), h.geometry_fingerprints());
+  if (!other.ok()) return fail(other.status());
   MutexLock lock(&mu_);
+  other_order_[node_id] = *other;
   const PeerId id = IdOf(node_id);
   // A new session means the peer may have restarted: connect the engine again unless the address
   // is the one we are connected to.
@@ -206,13 +215,12 @@ Result<rpc::PeerHelloResponse> PeerSessions::AcceptHello(const SessionInfo& sess
   if (hello.node_id() == options_.self_id) {
     return refuse(Status::InvalidArgument("peer hello from this node itself"));
   }
-  if (Status st = CheckCompatible(StrCat("peer ", hello.node_id()), hello.namespace_digest(),
-                                  hello.geometry_fingerprints());
-      !st.ok()) {
-    return refuse(st);
-  }
+  Result<bool> other = CheckCompatible(StrCat("peer ", hello.node_id()), hello.namespace_digest(),
+                                       hello.geometry_fingerprints());
+  if (!other.ok()) return refuse(other.status());
   {
     MutexLock lock(&mu_);
+    other_order_[hello.node_id()] = *other;
     const PeerId id = IdOf(hello.node_id());
     // A restarted peer has a new address (connected again); the same address keeps the
     // connection, whose operations must not be cancelled by the peer's second session.
@@ -240,6 +248,12 @@ Result<PeerId> PeerSessions::ConnectedPeer(const std::string& node_id) const {
     return Status::FailedPrecondition(StrCat("peer ", node_id, " has not said hello"));
   }
   return it->second;
+}
+
+bool PeerSessions::OtherOrder(const std::string& node_id) const {
+  MutexLock lock(&mu_);
+  auto it = other_order_.find(node_id);
+  return it != other_order_.end() && it->second;
 }
 
 PeerSessionStats PeerSessions::stats() const {

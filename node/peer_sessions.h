@@ -50,6 +50,11 @@ struct PeerSessionsOptions {
   std::string secret;
   ContentId namespace_digest;
   std::vector<GeometryFingerprint> fingerprints;  // per pool, in pool order
+  // Per pool, the fingerprint of the same pool in the other layout order (HND <-> NHD); empty:
+  // peers must have equal fingerprints. A peer whose every pool is in the other order is accepted
+  // (OtherOrder says so): its bundles must be decoded in its order and converted (node/handoff.h).
+  std::vector<GeometryFingerprint> other_order_fingerprints;
+  ContentId other_order_namespace_digest;  // our key namespace in the other layout order
   std::chrono::milliseconds connect_timeout{1000};
   std::chrono::milliseconds request_timeout{2000};  // of one peer RPC
   std::uint64_t staging_slot_bytes = 0;             // >= the largest bundle of any pool
@@ -111,6 +116,8 @@ class PeerSessions {
       KVMESH_EXCLUDES(mu_);
   // The PeerId of a node that said hello (either way) and whose engine connection is up.
   Result<PeerId> ConnectedPeer(const std::string& node_id) const KVMESH_EXCLUDES(mu_);
+  // Whether a peer that said hello (either way) keeps its pools in the other layout order.
+  [[nodiscard]] bool OtherOrder(const std::string& node_id) const KVMESH_EXCLUDES(mu_);
   [[nodiscard]] PeerSessionStats stats() const KVMESH_EXCLUDES(mu_);
 
  private:
@@ -121,8 +128,9 @@ class PeerSessions {
   Status ConnectEngine(const std::string& node_id, PeerId peer, const WorkerAddress& address)
       KVMESH_REQUIRES(mu_);
   void FillHello(rpc::PeerHelloRequest* out) const;
-  Status CheckCompatible(const std::string& what, const std::string& namespace_digest,
-                         const google::protobuf::RepeatedPtrField<std::string>& fps) const;
+  // OK(false): equal geometry; OK(true): equal but for the layout order (every pool).
+  Result<bool> CheckCompatible(const std::string& what, const std::string& namespace_digest,
+                               const google::protobuf::RepeatedPtrField<std::string>& fps) const;
 
   const PeerSessionsOptions options_;
   const PeerTable* const peers_;
@@ -136,6 +144,7 @@ class PeerSessions {
   // The address each peer's engine connection was made with (absent: not connected).
   std::unordered_map<std::string, WorkerAddress> connected_ KVMESH_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::shared_ptr<PeerLink>> links_ KVMESH_GUARDED_BY(mu_);
+  std::unordered_map<std::string, bool> other_order_ KVMESH_GUARDED_BY(mu_);
   PeerSessionStats stats_ KVMESH_GUARDED_BY(mu_);
 };
 

@@ -25,7 +25,7 @@ Result<std::vector<std::vector<BlockHolder>>> AskPeersLocator::Locate(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;  // a partial answer: the peers not asked hold nothing here
     Result<std::shared_ptr<PeerLink>> link = sessions_->Link(peer.node_id);
-    if (!link.ok()) continue;
+    if (!link.ok() || sessions_->OtherOrder(peer.node_id)) continue;
     rpc::Request req;
     req.set_timeout_ms(static_cast<std::uint32_t>(left.count()));
     for (const ContentId& id : ids) req.mutable_have_blocks()->add_content_ids(Wire(id));
@@ -150,7 +150,7 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
   rpc::FetchBlocksRequest* f = req.mutable_fetch_blocks();
   f->set_transfer_id(op.id().value);
   for (std::int64_t i = 0; i < reserved.count(); ++i)
-    f->add_content_ids(Wire(reserved.content_id(i)));
+    f->add_content_ids(Wire(RemoteId(reserved, i)));
   for (const BundleCodec& c : codecs_) f->add_bundle_bytes(c.bundle_bytes());
   f->set_deadline_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(left.count(), 1)));
   Result<rpc::Response> answer = link->Call(std::move(req));
@@ -195,8 +195,9 @@ std::int64_t RemoteFetcher::DecodeArrived(const RestoreReservation& r, const Sta
       const std::size_t slot = static_cast<std::size_t>(i) * pools + p;
       const std::span<const std::byte> bundle =
           lease.bytes(slot).first(static_cast<std::size_t>(codecs_[p].bundle_bytes()));
-      Status st = codecs_[p].Decode(bundle, r.content_id(i), views_[p],
-                                    r.block(i, static_cast<int>(p)).value);
+      const std::int64_t block = r.block(i, static_cast<int>(p)).value;
+      Status st = codecs_[p].Decode(bundle, RemoteId(r, i), views_[p], block);
+      if (st.ok() && options_.after_decode) st = options_.after_decode(p, block);
       if (!st.ok()) {
         refused_.fetch_add(1);
         KVMESH_LOG_WARN("remote block refused index {} pool {} content_id {} error {}", i, p,
@@ -206,6 +207,10 @@ std::int64_t RemoteFetcher::DecodeArrived(const RestoreReservation& r, const Sta
     }
   }
   return r.count();
+}
+
+ContentId RemoteFetcher::RemoteId(const RestoreReservation& r, std::int64_t i) const {
+  return options_.remote_id ? options_.remote_id(r.content_id(i)) : r.content_id(i);
 }
 
 RemoteFetchStats RemoteFetcher::stats() const {

@@ -3,9 +3,10 @@
 // published into the pool before the sequence is admitted; anything slow, gone or wrong is a miss
 // (the engine computes those blocks), never wrong data.
 //
-// AskPeersLocator (a PrefixLocator): asks every member of the PeerTable, over its peer link,
-// HaveBlocks(ids) — a real answer from each holder, not a directory. It stands in for the cluster
-// prefix directory until that exists; it costs one round trip per peer per admission.
+// AskPeersLocator (a PrefixLocator): asks every member of the PeerTable whose pools are in our
+// layout order (PeerSessions::OtherOrder: no conversion here), over its peer link, HaveBlocks(ids)
+// — a real answer from each holder, not a directory. It stands in for the cluster prefix directory
+// until that exists; it costs one round trip per peer per admission.
 //
 // RemoteFetcher::Fetch(prompt, options), called by EngineService::Admit before TieredCache::
 // AddSequence:
@@ -34,6 +35,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -59,6 +61,14 @@ class AskPeersLocator final : public PrefixLocator {
 struct RemoteFetchOptions {
   std::chrono::milliseconds deadline{2000};  // of one fetch, from the plan to the last byte
   std::int32_t max_blocks = 1024;            // per fetch
+  // Called for each block once its bundle of pool `pool` was decoded into reserved block `block`
+  // (hidden, in no tree), before it is published; an error refuses the block like a failed
+  // verification. The handoff's layout conversion (node/handoff.h); empty: nothing.
+  std::function<Status(std::size_t pool, std::int64_t block)> after_decode;
+  // The holder's content id of our block `local` (asked for and verified against; the block is
+  // published under `local`): the handoff from a node in the other order, whose key namespace
+  // differs. Empty: the same id.
+  std::function<ContentId(const ContentId& local)> remote_id;
 };
 
 struct RemoteFetchResult {
@@ -96,6 +106,7 @@ class RemoteFetcher {
                                       std::chrono::steady_clock::time_point deadline);
   // Verifies and decodes what arrived; returns the verified prefix length.
   std::int64_t DecodeArrived(const RestoreReservation& r, const StagingLease& lease);
+  [[nodiscard]] ContentId RemoteId(const RestoreReservation& r, std::int64_t i) const;
 
   const RemoteFetchOptions options_;
   TieredCache* const cache_;

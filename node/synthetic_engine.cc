@@ -75,9 +75,14 @@ class Worker {
     const rpc::AttachResponse& a = attached.description();
     tokens_per_block_ = a.tokens_per_block();
     q_heads_per_rank_ = a.num_attention_heads() / std::max(1, a.tensor_parallel_size());
+    // The seeds' namespace: the order-free one when the node says it (an HND and an NHD node
+    // then expect the same values of a prompt's blocks: a handoff converts between them).
+    const std::string& ns = a.order_free_namespace_digest().empty()
+                                ? a.namespace_digest()
+                                : a.order_free_namespace_digest();
     namespace_digest_ = ContentId{};
-    std::memcpy(namespace_digest_.bytes.data(), a.namespace_digest().data(),
-                std::min(a.namespace_digest().size(), namespace_digest_.bytes.size()));
+    std::memcpy(namespace_digest_.bytes.data(), ns.data(),
+                std::min(ns.size(), namespace_digest_.bytes.size()));
   }
 
   // One request; adds to `s`. A failure of the node or of a check is recorded, not returned.

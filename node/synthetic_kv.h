@@ -5,8 +5,10 @@
 //   seed(p) = Mix(parent content id of block b, tokens of block b from its first token to p)
 // where the parent content id is that of block b-1 (the domain id for b = 0), computed as the
 // block manager computes content ids (pool/block_key.h: namespace digest, salt and LoRA id,
-// chained over the full blocks). So seed(p) depends on exactly what the KV of position p depends
-// on — the prefix up to p and its cache domain — and never changes when tokens are appended.
+// chained over the full blocks; the namespace taken as if the pools were HND: the node's
+// order_free_namespace_digest, so K/V do not depend on the memory order). So seed(p) depends on
+// exactly what the KV of position p depends on — the prefix up to p and its cache domain — and
+// never changes when tokens are appended.
 //
 // Values. For (seed, layer, kv, head) a splitmix64 stream gives head_dim values uniform in
 // [-a, a], with an amplitude a in [0.25, 4] that varies per (position, head), so per-(token, head)

@@ -1,0 +1,216 @@
+#include "node/handoff.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "common/strings.h"
+#include "kernels/block_copy.h"
+#include "node/rpc_convert.h"
+#include "pool/block_key.h"
+
+namespace kvmesh {
+namespace {
+
+// The sender holds every block of the handoff: the one holder of each id.
+class SenderLocator final : public PrefixLocator {
+ public:
+  explicit SenderLocator(std::string node_id) : node_id_(std::move(node_id)) {}
+  Result<std::vector<std::vector<BlockHolder>>> Locate(std::span<const ContentId> ids,
+                                                       std::chrono::milliseconds) override {
+    std::vector<std::vector<BlockHolder>> holders(ids.size());
+    for (auto& h : holders) h.push_back({node_id_, HolderTier::kPool});
+    return holders;
+  }
+
+ private:
+  const std::string node_id_;
+};
+
+KvLayout OtherOrderOf(KvLayout order) {
+  return order == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
+}
+
+// The content ids of the prompt's first `n` blocks in the key namespace `ns` (the sender's).
+std::vector<ContentId> IdsIn(const ContentId& ns, std::span<const Token> prompt,
+                             const SequenceOptions& options, std::int32_t t, std::size_t n) {
+  ContentIdHasher hasher;
+  const ContentId domain = hasher.ForDomain(ns, options.domain);
+  std::vector<ContentId> ids;
+  std::vector<BlockMmRef> mm;
+  ContentId parent = domain;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto begin = static_cast<std::int64_t>(i) * t;
+    mm.clear();
+    MmRefsForBlock(options.multimodal, begin, t, &mm);
+    parent = hasher.ForBlock(
+        parent, domain,
+        prompt.subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(t)), mm);
+    ids.push_back(parent);
+  }
+  return ids;
+}
+
+std::chrono::milliseconds Left(std::chrono::steady_clock::time_point deadline) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                               std::chrono::steady_clock::now());
+}
+
+}  // namespace
+
+Result<HandoffResult> HandoffSender::HandOff(const std::string& to, std::span<const Token> prompt,
+                                             const SequenceOptions& options,
+                                             std::chrono::milliseconds deadline) {
+  if (deadline.count() <= 0) return Status::InvalidArgument("handoff: deadline must be positive");
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  // The handshake first: no block is named to a node of another namespace or geometry.
+  KVMESH_ASSIGN_OR_RETURN(std::shared_ptr<PeerLink> link, sessions_->Link(to));
+  BlockManager& m = cache_->manager();
+  KVMESH_ASSIGN_OR_RETURN(const RestorePlan plan, m.PlanRestore(prompt, options));
+  HandoffResult out;
+  out.wanted_blocks = static_cast<std::int64_t>(plan.content_ids.size());
+  std::vector<PinnedBlocks> pins;  // released on every return: after the answer or the deadline
+  pins.reserve(static_cast<std::size_t>(plan.pool_blocks));
+  for (std::int64_t i = 0; i < plan.pool_blocks; ++i) {
+    Result<PinnedBlocks> p = m.PinByContentId(plan.content_ids[static_cast<std::size_t>(i)]);
+    if (!p.ok()) break;  // evicted since the plan: the decode node computes from here
+    pins.push_back(std::move(p).value());
+  }
+  out.pinned_blocks = static_cast<std::int64_t>(pins.size());
+  const std::chrono::milliseconds left = Left(until);
+  if (left.count() <= 0) return Status::TimedOut("handoff: deadline passed before the request");
+  rpc::Request req;
+  req.set_timeout_ms(static_cast<std::uint32_t>(left.count()));
+  rpc::HandoffRequest* h = req.mutable_handoff();
+  for (Token t : prompt) h->add_tokens(t);
+  ToProto(options, h->mutable_options());
+  h->set_deadline_ms(static_cast<std::uint32_t>(left.count()));
+  h->set_from_address(self_address_);
+  Result<rpc::Response> r = link->Call(std::move(req));
+  if (!r.ok()) {
+    if (r.status().code() == StatusCode::kPeerUnreachable ||
+        r.status().code() == StatusCode::kTimedOut) {
+      sessions_->MarkFailed(to);
+    }
+    KVMESH_LOG_WARN("handoff failed to {} pinned {} error {}", to, out.pinned_blocks,
+                    r.status().ToString());
+    return r.status().WithContext(StrCat("handoff to ", to));
+  }
+  out.had_blocks = r->handoff().had_blocks();
+  out.moved_blocks = r->handoff().moved_blocks();
+  out.held_blocks = r->handoff().held_blocks();
+  KVMESH_LOG_INFO("handoff done to {} wanted {} pinned {} had {} moved {} held {}", to,
+                  out.wanted_blocks, out.pinned_blocks, out.had_blocks, out.moved_blocks,
+                  out.held_blocks);
+  return out;
+}
+
+Result<HandoffReceiver::Conversion> HandoffReceiver::MakeConversion() const {
+  Conversion c;
+  c.memory.resize(views_.size() * kNumKvComponents);
+  for (std::size_t p = 0; p < views_.size(); ++p) {
+    KvPoolView theirs = views_[p];
+    theirs.layout = WithOrder(views_[p].layout, OtherOrderOf(views_[p].layout.order()));
+    KVMESH_ASSIGN_OR_RETURN(BundleCodec codec,
+                            BundleCodec::Create(theirs.layout, theirs.pool_scale));
+    KvPoolView scratch = theirs;
+    scratch.num_blocks = 1;
+    for (int k = 0; k < kNumKvComponents; ++k) {
+      const PagedTensorLayout& l = theirs.layout.components[k];
+      if (!l.present()) continue;
+      std::vector<std::byte>& m = c.memory[p * kNumKvComponents + static_cast<std::size_t>(k)];
+      m.resize(static_cast<std::size_t>(l.BytesPerBlock()));
+      scratch.base[k] = m.data();
+    }
+    c.theirs.push_back(theirs);
+    c.codecs.push_back(std::move(codec));
+    c.scratch.push_back(scratch);
+  }
+  return c;
+}
+
+Status HandoffReceiver::Convert(const Conversion& c, std::size_t pool, std::int64_t block) const {
+  // The bundle was decoded into `block` in the sender's order: copy it out to the scratch block,
+  // then back into `block` in our order (block_copy converts HND <-> NHD).
+  const BlockCopyPair out{block, 0};
+  BlockCopyArgs a;
+  a.src = c.theirs[pool];
+  a.dst = c.scratch[pool];
+  a.pairs = &out;
+  a.num_pairs = 1;
+  KVMESH_RETURN_IF_ERROR(cpu::BlockCopy(a, nullptr));
+  const BlockCopyPair in{0, block};
+  a.src = c.scratch[pool];
+  a.dst = views_[pool];
+  a.pairs = &in;
+  KVMESH_RETURN_IF_ERROR(cpu::BlockCopy(a, nullptr));
+  converted_.fetch_add(1);
+  return Status::Ok();
+}
+
+Status HandoffReceiver::Handle(const SessionInfo& session, const rpc::HandoffRequest& in,
+                               rpc::HandoffResponse* out) {
+  const std::string& from = session.client_name;
+  KVMESH_ASSIGN_OR_RETURN(const SequenceOptions options, FromProto(in.options()));
+  const std::span<const Token> prompt = TokensOf(in.tokens());
+  if (in.deadline_ms() == 0) return Status::InvalidArgument("handoff: no deadline");
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(in.deadline_ms());
+  if (peers_->Find(from) == nullptr) {
+    if (in.from_address().empty()) {
+      return Status::FailedPrecondition(StrCat("handoff: peer ", from, " has no known address"));
+    }
+    peers_->Upsert({.node_id = from, .control_address = in.from_address()});
+  }
+  BlockManager& m = cache_->manager();
+  KVMESH_ASSIGN_OR_RETURN(RestorePlan plan, m.PlanRestore(prompt, options));
+  const auto wanted = static_cast<std::int64_t>(plan.content_ids.size());
+  const std::span<const ContentId> rest = std::span<const ContentId>(plan.content_ids)
+                                              .subspan(static_cast<std::size_t>(plan.pool_blocks));
+  const std::int64_t had = plan.pool_blocks + cache_->engine().CountHeld(rest);
+  SenderLocator locator(from);
+  // Link first: the hello says whether the sender's pools are in the other order.
+  KVMESH_RETURN_IF_ERROR(sessions_->Link(from).status());
+  const bool convert = sessions_->OtherOrder(from);
+  Conversion conversion;
+  std::vector<ContentId> sender_ids;
+  if (convert) {
+    KVMESH_ASSIGN_OR_RETURN(conversion, MakeConversion());
+    sender_ids = IdsIn(sessions_->options().other_order_namespace_digest, prompt, options,
+                       m.tokens_per_block(), plan.content_ids.size());
+  }
+  std::int64_t moved = 0;
+  while (true) {
+    const std::chrono::milliseconds left = Left(until);
+    if (left.count() <= 0) break;
+    RemoteFetchOptions o;
+    o.deadline = left;
+    if (convert) {
+      o.after_decode = [&](std::size_t pool, std::int64_t block) {
+        return Convert(conversion, pool, block);
+      };
+      o.remote_id = [&](const ContentId& local) {
+        const auto it = std::find(plan.content_ids.begin(), plan.content_ids.end(), local);
+        return it == plan.content_ids.end()
+                   ? local  // not of this prompt: the holder has none, a miss
+                   : sender_ids[static_cast<std::size_t>(it - plan.content_ids.begin())];
+      };
+    }
+    RemoteFetcher fetcher(o, cache_, sessions_, &locator, convert ? conversion.theirs : views_,
+                          convert ? conversion.codecs : codecs_);
+    RemoteFetchResult r = fetcher.Fetch(prompt, options);  // published; pins released at the end
+    moved += r.fetched;
+    if (r.fetched == 0) break;
+  }
+  KVMESH_ASSIGN_OR_RETURN(plan, m.PlanRestore(prompt, options));
+  handoffs_.fetch_add(1);
+  moved_.fetch_add(moved);
+  had_.fetch_add(had);
+  out->set_wanted_blocks(wanted);
+  out->set_had_blocks(had);
+  out->set_moved_blocks(moved);
+  out->set_held_blocks(plan.pool_blocks);
+  KVMESH_LOG_INFO("handoff received from {} wanted {} had {} moved {} held {}", from, wanted, had,
+                  moved, plan.pool_blocks);
+  return Status::Ok();
+}
+
+}  // namespace kvmesh

@@ -1,0 +1,270 @@
+// Prefill -> decode handoff (node/handoff.h) between nodes on loopback, UCX over tcp/lo:
+//   - every block of a prompt computed on the prefill node A is handed to the decode node B (which
+//     did not list A: it learns A's address from the request); B's Admit of the same prompt then
+//     hits them all in its pool and the synthetic engine's dense-reference checks pass on them;
+//   - the same with A in HND and B in NHD (and back): converted on receipt, checks passing on B;
+//   - blocks B already holds are not moved; only the rest are;
+//   - kvnode processes, HND prefill and NHD decode: a client asks the prefill node to hand off
+//     (HandOffTo), decode on the other node checked step by step; a second handoff moves nothing;
+//   - a decode node that stops answering: the handoff fails within the peer request timeout and
+//     the source blocks, pinned while it waited, are unpinned (no leak).
+#include "node/handoff.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "node/client.h"
+#include "node/node.h"
+#include "node/node_config.h"
+#include "node/synthetic_engine.h"
+#include "tests/node/node_process.h"
+
+namespace kvmesh {
+namespace {
+
+using node_test::kTestSecret;
+using node_test::KvnodeProcess;
+using node_test::ScratchDir;
+using node_test::TestConfig;
+
+constexpr std::int32_t kBlockTokens = 16;  // TestConfig's tokens_per_block
+
+std::string PeerConfig(const std::filesystem::path& dir, const std::string& node_id,
+                       const std::string& kv_layout = "HND") {
+  std::string yaml = TestConfig(dir, 4096, "8MiB", "64MiB",
+                                "peer:\n  enabled: true\n  ucx_tls: tcp\n  ucx_net_devices: lo\n",
+                                "", "  kv_layout: " + kv_layout + "\n");
+  const std::string from = "node_id: test-node";
+  yaml.replace(yaml.find(from), from.size(), "node_id: " + node_id);
+  return yaml;
+}
+
+std::vector<TraceRequest> Prompt(std::uint64_t first, int blocks) {
+  TraceRequest r;
+  for (int i = 0; i < blocks; ++i) r.hash_ids.push_back(first + static_cast<std::uint64_t>(i));
+  r.input_length = static_cast<std::int64_t>(blocks) * kBlockTokens;
+  r.output_length = 2;
+  return {r};
+}
+
+SyntheticWorkloadStats RunOn(const std::string& socket, const std::vector<TraceRequest>& requests) {
+  SyntheticEngineOptions o;
+  o.client.address = socket;
+  o.client.secret = kTestSecret;
+  o.concurrency = 1;
+  o.block_tokens = kBlockTokens;
+  o.decode_tokens = 2;
+  o.check_all_layers = true;
+  o.report_to_node = false;
+  Result<SyntheticWorkloadStats> s = RunSyntheticWorkload(o, requests);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : SyntheticWorkloadStats{};
+}
+
+std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id,
+                                const std::string& kv_layout = "HND") {
+  Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id, kv_layout), "test");
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return nullptr;
+  Result<std::unique_ptr<Node>> node = Node::Start(*config);
+  EXPECT_TRUE(node.ok()) << node.status();
+  return node.ok() ? std::move(node).value() : nullptr;
+}
+
+std::int64_t PinnedBlocks(Node& node) {
+  std::int64_t pinned = 0;
+  for (const PoolStats& p : node.cache().manager().GetStats().pools) pinned += p.pinned_blocks;
+  return pinned;
+}
+
+// Prefill on A in `from` order, decode on B in `to` order.
+void ExpectEveryBlockHandedOff(const std::string& from, const std::string& to) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", from);
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", to);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto requests = Prompt(1000, 8);
+  const SyntheticWorkloadStats prefill = RunOn(a->unix_socket(), requests);
+  ASSERT_EQ(prefill.check_failures, 0) << prefill.first_error;
+  a->peers()->Upsert({.node_id = "node-b", .control_address = b->tcp_address()});
+  ASSERT_EQ(b->peers()->Find("node-a"), nullptr);
+
+  const std::vector<Token> tokens = TraceTokens(requests[0], kBlockTokens);
+  Result<HandoffResult> r = a->handoff_sender()->HandOff("node-b", tokens, SequenceOptions{},
+                                                         std::chrono::milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  // 8 blocks, the last token not reusable: 7 full blocks, all moved.
+  EXPECT_EQ(r->wanted_blocks, 7);
+  EXPECT_EQ(r->pinned_blocks, 7);
+  EXPECT_EQ(r->had_blocks, 0);
+  EXPECT_EQ(r->moved_blocks, 7);
+  EXPECT_EQ(r->held_blocks, 7);
+  EXPECT_EQ(PinnedBlocks(*a), 0);  // unpinned after the acknowledgement
+  EXPECT_EQ(PinnedBlocks(*b), 0);
+  EXPECT_NE(b->peers()->Find("node-a"), nullptr);
+  EXPECT_EQ(b->handoff_receiver()->stats().moved_blocks, 7);
+  const auto pools = static_cast<std::int64_t>(b->pools().pools().size());
+  EXPECT_EQ(b->handoff_receiver()->stats().converted_blocks, from == to ? 0 : 7 * pools);
+
+  const SyntheticWorkloadStats decode = RunOn(b->unix_socket(), requests);
+  EXPECT_EQ(decode.failed_requests, 0) << decode.first_error;
+  EXPECT_EQ(decode.check_failures, 0) << decode.first_error;
+  EXPECT_GT(decode.checks, 0);
+  EXPECT_EQ(decode.pool_hit_blocks, 7);  // in B's own pool: no fetch at admission
+  EXPECT_EQ(decode.remote_hit_blocks, 0);
+  EXPECT_EQ(decode.reused_tokens, 7 * kBlockTokens);
+  b->Shutdown();
+  a->Shutdown();
+}
+
+TEST(HandoffTest, EveryBlockIsHandedOffAndTheDecodeAdmitHitsThemAll) {
+  ExpectEveryBlockHandedOff("HND", "HND");
+}
+
+TEST(HandoffTest, HndBlocksAreConvertedToNhdOnReceipt) { ExpectEveryBlockHandedOff("HND", "NHD"); }
+
+TEST(HandoffTest, NhdBlocksAreConvertedToHndOnReceipt) { ExpectEveryBlockHandedOff("NHD", "HND"); }
+
+// Remote prefix fetch at admission does not convert: a peer in the other order is not asked.
+TEST(HandoffTest, AdmitDoesNotFetchFromAPeerInTheOtherOrder) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", "HND");
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", "NHD");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto requests = Prompt(5000, 4);
+  ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
+  b->peers()->Upsert({.node_id = "node-a", .control_address = a->tcp_address()});
+  ASSERT_TRUE(b->peer_sessions()->Link("node-a").ok());
+  EXPECT_TRUE(b->peer_sessions()->OtherOrder("node-a"));
+  const SyntheticWorkloadStats on_b = RunOn(b->unix_socket(), requests);
+  EXPECT_EQ(on_b.check_failures, 0) << on_b.first_error;
+  EXPECT_EQ(on_b.remote_hit_blocks, 0);
+  EXPECT_EQ(b->remote_fetcher()->stats().fetches, 0);
+  b->Shutdown();
+  a->Shutdown();
+}
+
+TEST(HandoffTest, OnlyTheBlocksTheDecodeNodeLacksMove) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto requests = Prompt(2000, 8);
+  ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
+  // B computed the first 4 blocks itself (the engine stores every full block of its prompt).
+  ASSERT_EQ(RunOn(b->unix_socket(), Prompt(2000, 4)).check_failures, 0);
+  a->peers()->Upsert({.node_id = "node-b", .control_address = b->tcp_address()});
+
+  const std::vector<Token> tokens = TraceTokens(requests[0], kBlockTokens);
+  Result<HandoffResult> r = a->handoff_sender()->HandOff("node-b", tokens, SequenceOptions{},
+                                                         std::chrono::milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->wanted_blocks, 7);
+  EXPECT_EQ(r->had_blocks, 4);
+  EXPECT_EQ(r->moved_blocks, 3);
+  EXPECT_EQ(r->held_blocks, 7);
+  EXPECT_EQ(a->peer_service()->stats().blocks_sent, 3);
+  EXPECT_EQ(PinnedBlocks(*a), 0);
+
+  const SyntheticWorkloadStats decode = RunOn(b->unix_socket(), requests);
+  EXPECT_EQ(decode.check_failures, 0) << decode.first_error;
+  EXPECT_EQ(decode.pool_hit_blocks, 7);
+  EXPECT_EQ(decode.remote_hit_blocks, 0);
+  b->Shutdown();
+  a->Shutdown();
+}
+
+TEST(HandoffTest, SourceBlocksAreUnpinnedWhenTheDecodeNodeDoesNotAnswer) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
+  ASSERT_NE(a, nullptr);
+  std::filesystem::create_directories(dir.path() / "b");
+  auto b = KvnodeProcess::Start(dir.path() / "b", PeerConfig(dir.path() / "b", "node-b"));
+  ASSERT_TRUE(b.ok()) << b.status();
+  const auto warmup = Prompt(3000, 2);
+  const auto requests = Prompt(4000, 8);
+  ASSERT_EQ(RunOn(a->unix_socket(), warmup).check_failures, 0);
+  ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
+  a->peers()->Upsert({.node_id = "node-b", .control_address = (*b)->tcp_address()});
+  // A first handoff opens the link (the handshake); then B stops answering.
+  Result<HandoffResult> first =
+      a->handoff_sender()->HandOff("node-b", TraceTokens(warmup[0], kBlockTokens),
+                                   SequenceOptions{}, std::chrono::milliseconds(5000));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->moved_blocks, 1);
+  const pid_t pid = (*b)->process().pid();
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+
+  std::atomic<std::int64_t> pinned_while_waiting{-1};
+  std::thread sampler([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    pinned_while_waiting = PinnedBlocks(*a);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Result<HandoffResult> r =
+      a->handoff_sender()->HandOff("node-b", TraceTokens(requests[0], kBlockTokens),
+                                   SequenceOptions{}, std::chrono::milliseconds(1500));
+  const auto took = std::chrono::steady_clock::now() - start;
+  sampler.join();
+  ::kill(pid, SIGCONT);
+  EXPECT_FALSE(r.ok());
+  EXPECT_LT(took, std::chrono::milliseconds(3000));  // the peer request timeout is 2 s
+  const auto pools = static_cast<std::int64_t>(a->pools().pools().size());
+  EXPECT_EQ(pinned_while_waiting.load(), 7 * pools);  // pinned while the decode node had them
+  EXPECT_EQ(PinnedBlocks(*a), 0);                     // and unpinned when the wait ended
+  a->Shutdown();
+}
+
+// Prefill on one kvnode process, handoff asked of it by a client (HandOffTo, as an engine or a tool
+// would), decode on another kvnode process in the other order: every decode step checked.
+TEST(HandoffTest, KvnodeProcessesPrefillHereDecodeThere) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir.path() / "p");
+  std::filesystem::create_directories(dir.path() / "d");
+  auto prefill =
+      KvnodeProcess::Start(dir.path() / "p", PeerConfig(dir.path() / "p", "prefill-1", "HND"));
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  auto decode =
+      KvnodeProcess::Start(dir.path() / "d", PeerConfig(dir.path() / "d", "decode-1", "NHD"));
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  const auto requests = Prompt(6000, 12);
+  ASSERT_EQ(RunOn((*prefill)->unix_socket(), requests).check_failures, 0);
+
+  NodeClientOptions o;
+  o.address = (*prefill)->unix_socket();
+  o.secret = kTestSecret;
+  auto client = NodeClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  Result<rpc::HandoffResponse> r = (*client)->HandOffTo("decode-1", (*decode)->tcp_address(),
+                                                        TraceTokens(requests[0], kBlockTokens));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->wanted_blocks(), 11);
+  EXPECT_EQ(r->had_blocks(), 0);
+  EXPECT_EQ(r->moved_blocks(), 11);
+  EXPECT_EQ(r->held_blocks(), 11);
+  // A second handoff of the same prompt moves nothing.
+  Result<rpc::HandoffResponse> again = (*client)->HandOffTo("decode-1", (*decode)->tcp_address(),
+                                                            TraceTokens(requests[0], kBlockTokens));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->had_blocks(), 11);
+  EXPECT_EQ(again->moved_blocks(), 0);
+
+  const SyntheticWorkloadStats on_decode = RunOn((*decode)->unix_socket(), requests);
+  EXPECT_EQ(on_decode.failed_requests, 0) << on_decode.first_error;
+  EXPECT_EQ(on_decode.check_failures, 0) << on_decode.first_error;
+  EXPECT_GT(on_decode.checks, 0);
+  EXPECT_EQ(on_decode.pool_hit_blocks, 11);
+  EXPECT_EQ(on_decode.remote_hit_blocks, 0);
+}
+
+}  // namespace
+}  // namespace kvmesh
