@@ -27,7 +27,7 @@ std::vector<Token> Prompt(std::uint32_t family, std::uint32_t variant, std::size
 TEST(NodeConcurrencyTest, ManyClientsAndAShutdownUnderLoad) {
   ScratchDir dir;
   auto config = ParseNodeConfig(
-      TestConfig(dir.path(), 2048, "4MiB", "32MiB", "",
+      TestConfig(dir.path(), 2048, "4MiB", "128MiB", "",
                  "  worker_threads: 3\n  io_threads: 2\n  max_inflight_per_connection: 8\n"),
       "test");
   ASSERT_TRUE(config.ok()) << config.status();
