@@ -490,11 +490,16 @@ const Field kDirectoryFields[] = {
 
 // A name with a dot is a map inside the section before its last dot ("cluster.etcd").
 const Section kSections[] = {
-    {"model", kModelFields},        {"kv_cache", kKvCacheFields},
-    {"disk_tier", kDiskTierFields}, {"control", kControlFields},
-    {"metrics", kMetricsFields},    {"shutdown", kShutdownFields},
-    {"peer", kPeerFields},          {"logging", kLoggingFields},
-    {"cluster", kClusterFields},    {"cluster.etcd", kEtcdFields},
+    {"model", kModelFields},
+    {"kv_cache", kKvCacheFields},
+    {"disk_tier", kDiskTierFields},
+    {"control", kControlFields},
+    {"metrics", kMetricsFields},
+    {"shutdown", kShutdownFields},
+    {"peer", kPeerFields},
+    {"logging", kLoggingFields},
+    {"cluster", kClusterFields},
+    {"cluster.etcd", kEtcdFields},
     {"cluster.directory", kDirectoryFields},
 };
 

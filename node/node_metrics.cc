@@ -9,14 +9,14 @@ namespace kvmesh {
 namespace {
 
 constexpr rpc::Request::BodyCase kApis[] = {
-    rpc::Request::kAttach,          rpc::Request::kAdmit,        rpc::Request::kStoreFullBlocks,
-    rpc::Request::kAppendTokens,    rpc::Request::kRelease,      rpc::Request::kPrefetch,
-    rpc::Request::kLookup,          rpc::Request::kPollEvents,   rpc::Request::kStatus,
-    rpc::Request::kPools,           rpc::Request::kListBlocks,   rpc::Request::kTree,
-    rpc::Request::kInspectBlock,    rpc::Request::kStats,        rpc::Request::kEvict,
-    rpc::Request::kFlush,           rpc::Request::kEngineReport, rpc::Request::kDirectoryUpdate,
+    rpc::Request::kAttach,          rpc::Request::kAdmit,         rpc::Request::kStoreFullBlocks,
+    rpc::Request::kAppendTokens,    rpc::Request::kRelease,       rpc::Request::kPrefetch,
+    rpc::Request::kLookup,          rpc::Request::kPollEvents,    rpc::Request::kStatus,
+    rpc::Request::kPools,           rpc::Request::kListBlocks,    rpc::Request::kTree,
+    rpc::Request::kInspectBlock,    rpc::Request::kStats,         rpc::Request::kEvict,
+    rpc::Request::kFlush,           rpc::Request::kEngineReport,  rpc::Request::kDirectoryUpdate,
     rpc::Request::kDirectoryLocate, rpc::Request::kClusterLookup, rpc::Request::kPeerHello,
-    rpc::Request::kHaveBlocks,      rpc::Request::kFetchBlocks,  rpc::Request::kHandoff,
+    rpc::Request::kHaveBlocks,      rpc::Request::kFetchBlocks,   rpc::Request::kHandoff,
     rpc::Request::kHandOffTo};
 
 std::string_view DirectionName(CopyDirection d) {

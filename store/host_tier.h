@@ -10,12 +10,13 @@
 // options.eviction_policy (pool/eviction_policy.h) names. The default, priority-lru: all blocks of
 // the lowest priority before any of the next one, within a priority the least recently used (put
 // or get) first; learned: priorities the same, within one the block least likely to be used again
-// by what this tier has seen of puts and gets (pool/learned_policy.h). A victim is handed to the eviction sink (e.g. a RocksDB tier's PutBundle, or the offload
-// engine's spill staging) before its slot is reused, and stays in the index — found by Contains,
-// readable by Get — until the sink has returned: a sink that makes the block findable elsewhere
-// before returning (staging, the tier below) leaves no moment in which the block is in no tier. A
-// sink failure is counted (spill_failures) and the block is dropped — a tier is a cache. Blocks
-// being written or read are never victims.
+// by what this tier has seen of puts and gets (pool/learned_policy.h). A victim is handed to the
+// eviction sink (e.g. a RocksDB tier's PutBundle, or the offload engine's spill staging) before its
+// slot is reused, and stays in the index — found by Contains, readable by Get — until the sink has
+// returned: a sink that makes the block findable elsewhere before returning (staging, the tier
+// below) leaves no moment in which the block is in no tier. A sink failure is counted
+// (spill_failures) and the block is dropped — a tier is a cache. Blocks being written or read are
+// never victims.
 //
 // Slot states (one shard's mutex guards every transition):
 //

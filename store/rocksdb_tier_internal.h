@@ -38,8 +38,8 @@ struct CapacityFractions {
   double write_limit, resume, target;
 };
 // Blob files: 20% of room, not 10%: blob garbage collection runs inside compactions, which lag the
-// puts on a busy machine (the on-disk peak reached 1.02 of the capacity at 0.9 under a parallel test
-// run).
+// puts on a busy machine (the on-disk peak reached 1.02 of the capacity at 0.9 under a parallel
+// test run).
 inline constexpr CapacityFractions kBlobFractions{0.8, 0.75, 0.7};
 inline constexpr CapacityFractions kSstFractions{0.7, 0.65, 0.55};
 inline const CapacityFractions& FractionsFor(const RocksDbTierOptions& o) {

@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   if (rc != 0) return rc;
   const ::testing::UnitTest& u = *::testing::UnitTest::GetInstance();
   if (u.failed_test_count() > 0) return 1;
-  const bool skipped = kAnySkipIsSkipped ? u.skipped_test_count() > 0
-                                         : u.skipped_test_count() > 0 && u.successful_test_count() == 0;
+  const bool skipped = kAnySkipIsSkipped
+                           ? u.skipped_test_count() > 0
+                           : u.skipped_test_count() > 0 && u.successful_test_count() == 0;
   return skipped ? kSkippedExitCode : 0;
 }

@@ -333,8 +333,8 @@ TEST_P(TransferEngineTest, SendDeadlineWithoutReceiverConfirmation) {
   // Received is not enough: until the sender's own request for the slice has completed, UCX may
   // still read the source (over shared memory the receiver copies it, and the sender learns of the
   // end a little later), and the deadline would have to force the connection closed.
-  for (int i = 0; i < 2000 && (receiver_->stats().slices_received < 1 ||
-                               sender_->stats().slices_sent < 1);
+  for (int i = 0;
+       i < 2000 && (receiver_->stats().slices_received < 1 || sender_->stats().slices_sent < 1);
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
