@@ -77,6 +77,14 @@ class ControlServer::Impl {
   void Unregister(std::uint64_t id) KVMESH_EXCLUDES(mu);
   void CloseAll() KVMESH_EXCLUDES(mu);
   void Stop();
+  // Closes both acceptors, once: StopAccepting and Stop each post it, and with several io threads
+  // the two could otherwise close the same acceptor at the same time (UBSan in the reactor).
+  void CloseAcceptors() {
+    if (acceptors_closed.exchange(true)) return;
+    error_code ec;
+    if (unix_acceptor) unix_acceptor->close(ec);
+    if (tcp_acceptor) tcp_acceptor->close(ec);
+  }
 
   const ControlServerOptions options;
   RequestHandler* handler = nullptr;  // set once by Serve, before any session exists
@@ -91,6 +99,7 @@ class ControlServer::Impl {
   std::vector<std::thread> io_threads;
   std::atomic<bool> draining{false};
   std::atomic<bool> stopped{false};
+  std::atomic<bool> acceptors_closed{false};
   std::atomic<std::uint64_t> next_session_id{1};
 
   std::atomic<std::int64_t> connections{0}, sessions_opened{0}, auth_failures{0},
@@ -694,23 +703,27 @@ void ControlServer::Impl::CloseAll() {
 void ControlServer::Impl::Stop() {
   if (stopped.exchange(true)) return;
   draining.store(true);
-  asio::post(io, [this] {
-    error_code ec;
-    if (unix_acceptor) unix_acceptor->close(ec);
-    if (tcp_acceptor) tcp_acceptor->close(ec);
-  });
+  asio::post(io, [this] { CloseAcceptors(); });
   CloseAll();
   {
     MutexLock lock(&mu);
     AwaitConditionFor(cv, mu, std::chrono::seconds(10),
                       [this]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return sessions.empty(); });
   }
-  workers.join();  // every request and every CloseSession posted so far
-  // Every session is closed: io runs out of work once their last handlers (which see the closed
-  // state and do nothing) have run, so no handler holding a session outlives the I/O services.
+  // Every session is closed. The order leaves no handler queued anywhere when the pool and io are
+  // destroyed (a queued handler holds its session, whose timers belong to io's services):
+  // 1. io runs out of work once the closed sessions' last handlers have run — those may still post
+  //    a session's CloseSession to its worker strand (a Close noticed late, on an io thread);
   work.reset();
   for (auto& t : io_threads) t.join();
   io_threads.clear();
+  // 2. the workers run every request and CloseSession posted so far, the io threads' included
+  //    (joined before step 1, a CloseSession posted after the join stayed queued in the pool and
+  //    destroyed its session after io's timer service was gone: UBSan, node_handoff_test);
+  workers.join();
+  // 3. what the workers posted back to io since (handlers of closed sessions, which do nothing).
+  io.restart();
+  io.run();
   if (!options.unix_socket.empty()) {
     std::error_code fs_ec;
     std::filesystem::remove(options.unix_socket, fs_ec);
@@ -748,11 +761,7 @@ const std::string& ControlServer::unix_socket() const { return impl_->options.un
 
 void ControlServer::StopAccepting() {
   impl_->draining.store(true);
-  asio::post(impl_->io, [impl = impl_.get()] {
-    error_code ec;
-    if (impl->unix_acceptor) impl->unix_acceptor->close(ec);
-    if (impl->tcp_acceptor) impl->tcp_acceptor->close(ec);
-  });
+  asio::post(impl_->io, [impl = impl_.get()] { impl->CloseAcceptors(); });
 }
 
 bool ControlServer::WaitIdle(std::chrono::steady_clock::time_point deadline) {
