@@ -4,15 +4,27 @@
 
 namespace kvmesh {
 
-std::int64_t FlushToDiskTier(TieredCache& cache, int min_priority, std::int64_t* failures) {
+std::int64_t FlushToDiskTier(TieredCache& cache, int min_priority, std::int64_t* failures,
+                             std::int64_t* skipped_full) {
   OffloadEngine& engine = cache.engine();
   RocksDbTier* disk = engine.disk();
   if (disk == nullptr) return 0;
   const std::vector<KvPoolView>& views = engine.pools();
   std::int64_t written = 0;
-  const auto put = [&](const Status& st) {
+  bool full = false;  // the tier answered kResourceExhausted: nothing more is tried
+  // Runs `write` (a put) unless the tier is known full, and counts what it did.
+  const auto put = [&](const auto& write) {
+    if (full) {
+      ++*skipped_full;
+      return;
+    }
+    const Status st = write();
     if (st.ok()) {
       ++written;
+    } else if (st.IsResourceExhausted() && skipped_full != nullptr) {
+      full = true;
+      ++*skipped_full;
+      KVMESH_LOG_INFO("flush to disk stopped: the disk tier is at its capacity ({})", st.message());
     } else {
       ++*failures;
       KVMESH_LOG_WARN("flush to disk failed error {}", st.ToString());
@@ -36,7 +48,9 @@ std::int64_t FlushToDiskTier(TieredCache& cache, int min_priority, std::int64_t*
       for (int p = 0; p < engine.num_pools(); ++p) {
         const TierPoolId pool{p};
         if (now->block_ids[p] < 0 || disk->Contains(pool, b.content_id)) continue;
-        put(disk->Put(pool, b.content_id, views[p], now->block_ids[p], now->priority));
+        put([&] {
+          return disk->Put(pool, b.content_id, views[p], now->block_ids[p], now->priority);
+        });
       }
     }
     cursor = page.next_cursor;
@@ -45,7 +59,7 @@ std::int64_t FlushToDiskTier(TieredCache& cache, int min_priority, std::int64_t*
     for (int p = 0; p < engine.num_pools(); ++p) {
       host->ForEachBlock(TierPoolId{p}, [&](const EvictedBundle& b) {
         if (b.priority < min_priority || disk->Contains(b.pool, b.id)) return;
-        put(disk->PutBundle(b.pool, b.id, b.bundle, b.priority));
+        put([&] { return disk->PutBundle(b.pool, b.id, b.bundle, b.priority); });
       });
     }
   }

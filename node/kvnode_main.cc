@@ -107,6 +107,12 @@ int main(int argc, char** argv) {
   const kvmesh::ShutdownReport r = (*node)->Shutdown();
   node->reset();
   std::cout << "kvnode stopped: released " << r.released_sequences << " sequences, flushed "
-            << r.flushed_blocks << " blocks to disk in " << r.seconds << " s" << std::endl;
+            << r.flushed_blocks << " blocks to disk in " << r.seconds << " s";
+  if (r.flush_skipped_full > 0) {
+    std::cout << " (" << r.flush_skipped_full << " not flushed: the disk tier is at its capacity)";
+  }
+  if (r.flush_failures > 0)
+    std::cout << "; " << r.flush_failures << " flush failures (see the log)";
+  std::cout << std::endl;
   return r.flush_failures == 0 ? 0 : 1;
 }

@@ -434,7 +434,7 @@ ShutdownReport Node::Shutdown() {
   if (config_.shutdown.flush_to_disk) {
     // Every connection is closed: nothing writes the pools any more.
     r.flushed_blocks = FlushToDiskTier(*cache_, config_.kv_cache.secondary_offload_min_priority,
-                                       &r.flush_failures);
+                                       &r.flush_failures, &r.flush_skipped_full);
   }
   metrics_http_.reset();
   metrics_->registry().RemoveCollector(node_collector_);
@@ -448,8 +448,10 @@ ShutdownReport Node::Shutdown() {
   peers_.reset();
   cache_.reset();  // drains copies, closes RocksDB
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  KVMESH_LOG_INFO("shutdown done released {} flushed {} flush_failures {} seconds {:.3f}",
-                  r.released_sequences, r.flushed_blocks, r.flush_failures, r.seconds);
+  KVMESH_LOG_INFO(
+      "shutdown done released {} flushed {} flush_failures {} not_flushed_disk_full {} seconds "
+      "{:.3f}",
+      r.released_sequences, r.flushed_blocks, r.flush_failures, r.flush_skipped_full, r.seconds);
   return r;
 }
 
