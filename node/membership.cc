@@ -248,6 +248,11 @@ Result<PeerInfo> DecodePeerInfo(std::string_view json) {
 Result<std::unique_ptr<Membership>> Membership::Start(const ClusterSection& config, PeerInfo self,
                                                       PeerTable* table) {
   KVMESH_CHECK(self.node_id == table->self_id());
+  // Logged here, on the caller's thread, before any membership thread logs: the first log call
+  // creates spdlog's registry, and two threads doing it at once is a race (TSan, with two nodes
+  // starting in one process).
+  KVMESH_LOG_DEBUG("membership start kind {} self {}", MembershipKindName(config.membership),
+                   self.node_id);
   switch (config.membership) {
     case MembershipKind::kNone: return std::unique_ptr<Membership>(new NoMembership());
     case MembershipKind::kStatic:
