@@ -29,7 +29,8 @@ TEST(ShutdownFlushTest, AFullDiskTierEndsTheFlushWithoutAFailure) {
   // Distinct 256-token prompts, stored and released: the pool fills with cached blocks.
   for (std::uint32_t i = 0; i < 7; ++i) {
     std::vector<Token> p(256);
-    for (std::size_t k = 0; k < p.size(); ++k) p[k] = static_cast<Token>((i * 7919 + k * 31) % 30000);
+    for (std::size_t k = 0; k < p.size(); ++k)
+      p[k] = static_cast<Token>((i * 7919 + k * 31) % 30000);
     ASSERT_TRUE((*c)->Admit(i + 1, p).ok());
     ASSERT_TRUE((*c)->StoreFullBlocks(i + 1).ok());
     ASSERT_TRUE((*c)->Release(i + 1).ok());
@@ -37,8 +38,8 @@ TEST(ShutdownFlushTest, AFullDiskTierEndsTheFlushWithoutAFailure) {
   c->reset();
   const ShutdownReport r = (*node)->Shutdown();
   EXPECT_GT(r.flushed_blocks, 0);
-  EXPECT_GT(r.flush_skipped_full, 0) << "the pool's " << r.flushed_blocks
-                                     << " flushed blocks all fit: the tier was not filled";
+  EXPECT_GT(r.flush_skipped_full, 0)
+      << "the pool's " << r.flushed_blocks << " flushed blocks all fit: the tier was not filled";
   EXPECT_EQ(r.flush_failures, 0);
 }
 
