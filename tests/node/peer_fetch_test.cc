@@ -23,6 +23,7 @@
 #include "node/remote_fetch.h"
 #include "node/synthetic_engine.h"
 #include "tests/node/node_process.h"
+#include "tests/node/peer_test_util.h"
 
 namespace kvmesh {
 namespace {
@@ -32,42 +33,11 @@ using node_test::KvnodeProcess;
 using node_test::ScratchDir;
 using node_test::TestConfig;
 
-constexpr std::int32_t kBlockTokens = 16;  // TestConfig's tokens_per_block
+constexpr std::int32_t kBlockTokens = node_test::kPeerBlockTokens;
 
-std::string PeerConfig(const std::filesystem::path& dir, const std::string& node_id) {
-  std::string yaml = TestConfig(dir, 4096, "8MiB", "64MiB",
-                                "peer:\n  enabled: true\n  ucx_tls: tcp\n  ucx_net_devices: lo\n");
-  const std::string from = "node_id: test-node";
-  yaml.replace(yaml.find(from), from.size(), "node_id: " + node_id);
-  if (const char* level = std::getenv("KVMESH_TEST_LOG_LEVEL"); level != nullptr) {
-    const std::string info = "level: info";
-    yaml.replace(yaml.find(info), info.size(), std::string("level: ") + level);
-  }
-  return yaml;
-}
-
-// One request of `blocks` whole blocks whose hash ids start at `first`.
-std::vector<TraceRequest> Prompt(std::uint64_t first, int blocks) {
-  TraceRequest r;
-  for (int i = 0; i < blocks; ++i) r.hash_ids.push_back(first + static_cast<std::uint64_t>(i));
-  r.input_length = static_cast<std::int64_t>(blocks) * kBlockTokens;
-  r.output_length = 2;
-  return {r};
-}
-
-SyntheticWorkloadStats RunOn(const std::string& socket, const std::vector<TraceRequest>& requests) {
-  SyntheticEngineOptions o;
-  o.client.address = socket;
-  o.client.secret = kTestSecret;
-  o.concurrency = 1;
-  o.block_tokens = kBlockTokens;
-  o.decode_tokens = 2;
-  o.check_all_layers = true;
-  o.report_to_node = false;
-  Result<SyntheticWorkloadStats> s = RunSyntheticWorkload(o, requests);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? *s : SyntheticWorkloadStats{};
-}
+using node_test::PeerConfig;
+using node_test::Prompt;
+using node_test::RunOn;
 
 std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id) {
   Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id), "test");
