@@ -1,14 +1,15 @@
 // A rendezvous in flight when its grant times out or is cancelled (TCP): the sender is a raw UCX
-// worker driven by the test, which starts a 128 MiB slice and then stops progressing, so the
-// receiver's UCX request is certainly half done when the deadline passes. The grant must complete
-// (kTimedOut / kCancelled) within the bound, the engine must have closed the connection to get UCX
-// to finish the receive, and once the grant has completed not one byte of the destination may
-// change — checked while the raw sender is progressed again and tries to push the rest. Another
-// peer's transfers go on unaffected.
+// worker driven by the test, which starts a 128 MiB slice and stops progressing once the receiver
+// has posted its receive, so the receiver's UCX request is certainly in flight when the deadline
+// passes. The grant must complete (kTimedOut / kCancelled) within the bound, the engine must have
+// closed the connection to get UCX to finish the receive, and once the grant has completed not one
+// byte of the destination may change — checked while the raw sender is progressed again and tries
+// to push the rest. Another peer's transfers go on unaffected.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <iostream>
+#include <thread>
 
 #include "tests/transfer/transfer_test_util.h"
 #include "transfer/ucx_endpoint.h"
@@ -51,8 +52,8 @@ enum class Abort { kDeadline, kCancel };
 class TransferAbortTest : public ::testing::TestWithParam<Abort> {};
 
 // One run of the scenario; *raced when the raw sender finished its slice before it could be stopped
-// (on a loaded machine the receiver's thread can be descheduled between posting the receive and
-// counting it, while this thread's progress loop pushes all 128 MiB): nothing was checked then.
+// (the receiver posted and answered within one progress step of the sender, or its thread was
+// descheduled for longer than the sender waits between steps): nothing was checked then.
 void AbortScenario(Abort abort, bool* raced) {
   ManualClock clock;
   TransferEngineOptions options = transfer_test::OptionsFor(transfer_test::kTcp, &clock);
@@ -104,11 +105,19 @@ void AbortScenario(Abort abort, bool* raced) {
   void* request = ucp_am_send_nbx((*ep)->get(), wire::kAmData, &header, sizeof(header),
                                   source.data(), kSlice, &param);
   ASSERT_FALSE(request == nullptr || UCS_PTR_IS_ERR(request));
-  // Progress until the receiver has accepted the slice (its receive is posted), then stop.
+  // Progress one step at a time until the receiver has accepted the slice (its receive is posted),
+  // then stop. After each step the sender waits, without progressing, for the receiver to post: so
+  // the receiver's ready-to-receive answer normally sits unread in the sender's socket when the
+  // grant is aborted, instead of a fast machine's next progress calls pushing all 128 MiB.
   const auto start = std::chrono::steady_clock::now();
   while ((*receiver)->stats().slices_receiving == 0 &&
          std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
     (*worker)->Progress();
+    const auto stepped = std::chrono::steady_clock::now();
+    while ((*receiver)->stats().slices_receiving == 0 &&
+           std::chrono::steady_clock::now() - stepped < std::chrono::milliseconds(20)) {
+      std::this_thread::yield();
+    }
   }
   ASSERT_EQ((*receiver)->stats().slices_receiving, 1u);
   if (raw.done) {
