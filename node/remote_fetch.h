@@ -27,8 +27,9 @@
 //   6. PublishRestore(ready, keep_pinned): the verified blocks enter the tree, pinned; the rest of
 //      the reservation is freed. The returned pins are held by the caller across AddSequence.
 // Never is a pool block written by UCX: bytes land in staging and are copied into the hidden
-// reserved blocks by the decode, and only the blocks that verified are published. A failed or timed-out transfer marks the link failed (the next fetch reconnects). The
-// tenant salt is part of the content ids, computed here from the requesting engine's options.
+// reserved blocks by the decode, and only the blocks that verified are published. A failed or
+// timed-out transfer marks the link failed (the next fetch reconnects). The tenant salt is part of
+// the content ids, computed here from the requesting engine's options.
 //
 // Thread safety: thread-safe.
 #pragma once
