@@ -12,29 +12,23 @@
 //   RATIO peer_fetch_16k <fetch time / (bytes / perftest bandwidth)> ucx_perftest_am_bw goal<=1.25
 // (the goal mirrors the handoff goal of issue 14; the issue asks for time and bytes only).
 // Options: --tokens N (16384), --rounds N (5), --model PRESET (qwen2.5-0.5b).
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "bench/perftest.h"
 #include "common/check.h"
 #include "node/client.h"
 #include "node/node.h"
 #include "node/node_config.h"
-
-extern char** environ;
+#include "transfer/ucx_context.h"
 
 namespace kvmesh {
 namespace {
@@ -69,72 +63,20 @@ std::unique_ptr<Node> Start(const std::filesystem::path& dir, const std::string&
   return std::move(n).value();
 }
 
-// ---- ucx_perftest (as in bench/transfer_bench.cc) ---------------------------------------------
-
-pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int out_fd) {
-  std::vector<std::string> environment;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "UCX_", 4) != 0) environment.emplace_back(*e);
-  }
-  environment.insert(environment.end(), env.begin(), env.end());
-  std::vector<char*> args, envp;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  for (const auto& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  const int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-  posix_spawn_file_actions_adddup2(&actions, out_fd >= 0 ? out_fd : null_fd, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, null_fd, STDERR_FILENO);
-  pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, argv[0].c_str(), &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  close(null_fd);
-  return rc == 0 ? pid : -1;
-}
-
-// Bytes per second of ucp_am_bw over tcp/lo with the engine's segment sizes (1 MiB).
+// Bytes per second of ucp_am_bw over tcp/lo with the engine's segment sizes (bench/perftest.h).
 std::optional<double> PerftestAmBw(std::uint64_t size, std::uint64_t bytes) {
-  const std::string port = std::to_string(20000 + static_cast<int>(getpid() % 20000));
-  const std::vector<std::string> env = {
-      "UCX_TLS=tcp", "UCX_NET_DEVICES=lo", "UCX_TCP_TX_SEG_SIZE=1048576",
-      "UCX_TCP_RX_SEG_SIZE=1048576", "UCX_WARN_UNUSED_ENV_VARS=n"};
-  const pid_t server = Spawn({"ucx_perftest", "-p", port}, env, -1);
-  if (server < 0) return std::nullopt;
-  const std::uint64_t iterations = std::max<std::uint64_t>(64, bytes / size);
-  std::string output;
-  for (int attempt = 0; attempt < 50 && output.empty(); ++attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    int fds[2];
-    KVMESH_CHECK(pipe2(fds, O_CLOEXEC) == 0);
-    const pid_t client =
-        Spawn({"ucx_perftest", "127.0.0.1", "-p", port, "-t", "ucp_am_bw", "-s",
-               std::to_string(size), "-n", std::to_string(iterations), "-w", "16", "-f"},
-              env, fds[1]);
-    close(fds[1]);
-    char chunk[4096];
-    for (ssize_t n; (n = read(fds[0], chunk, sizeof(chunk))) > 0;) output.append(chunk, n);
-    close(fds[0]);
-    int status = 0;
-    waitpid(client, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-        output.find("overall") == std::string::npos) {
-      output.clear();
-    }
+  const UcxContextOptions engine;
+  bench::PerftestOptions o;
+  o.env = bench::PerftestTcpEnv("lo", engine.tcp_tx_seg_size, engine.tcp_rx_seg_size);
+  o.test = "ucp_am_bw";
+  o.message_bytes = size;
+  o.iterations = bench::PerftestIterations(size, bytes);
+  Result<double> bw = bench::RunPerftest(o);
+  if (!bw.ok()) {
+    std::fprintf(stderr, "%s\n", bw.status().ToString().c_str());
+    return std::nullopt;
   }
-  kill(server, SIGKILL);
-  waitpid(server, nullptr, 0);
-  std::istringstream lines(output);
-  std::string line, last;
-  while (std::getline(lines, line)) {
-    if (!line.empty() && line.find('|') == std::string::npos && line.find('+') != 0) last = line;
-  }
-  std::istringstream numbers(last);
-  std::vector<double> values;
-  for (double v; numbers >> v;) values.push_back(v);
-  if (values.size() < 6) return std::nullopt;
-  return values[5] * 1048576.0;  // MB/s as 2^20 bytes/s
+  return *bw;
 }
 
 int Run(int argc, char** argv) {

@@ -24,12 +24,7 @@
 //
 //   transfer_bench [--pool-mib N] [--rounds R] [--sweep-rounds R] [--transports tcp,shm]
 //                  [--no-sweep] [--engine-only] [--block-kib 64|1024|4096] [--tcp-seg-kib N]
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/uio.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/perftest.h"
 #include "common/aligned_buffer.h"
 #include "common/check.h"
 #include "common/log.h"
@@ -53,8 +49,6 @@
 #include "transfer/ucx_endpoint.h"
 #include "transfer/ucx_memory.h"
 #include "transfer/ucx_worker.h"
-
-extern char** environ;
 
 namespace kvmesh {
 namespace {
@@ -113,29 +107,6 @@ std::string SizeName(std::uint64_t bytes) {
 
 // ---- ucx_perftest ---------------------------------------------------------------------------
 
-pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int out_fd) {
-  std::vector<std::string> environment;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "UCX_", 4) != 0) environment.emplace_back(*e);
-  }
-  environment.insert(environment.end(), env.begin(), env.end());
-  std::vector<char*> args, envp;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  for (const auto& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  const int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-  posix_spawn_file_actions_adddup2(&actions, out_fd >= 0 ? out_fd : null_fd, STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, null_fd, STDERR_FILENO);
-  pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, argv[0].c_str(), &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  close(null_fd);
-  return rc == 0 ? pid : -1;
-}
-
 // `peer_errors`: perftest -e (endpoints with peer error handling, as the engine's), with the
 // shared-memory settings the engine uses for it.
 std::vector<std::string> PerftestEnv(const TransportConfig& t, bool peer_errors) {
@@ -150,63 +121,24 @@ std::vector<std::string> PerftestEnv(const TransportConfig& t, bool peer_errors)
   return env;
 }
 
-// Bytes per second of one ucx_perftest client/server pair, or nothing when it failed.
+// Bytes per second of one ucx_perftest client/server pair (bench/perftest.h), or nothing when it
+// failed.
 std::optional<double> Perftest(const TransportConfig& t, const std::string& test,
                                std::uint64_t size, std::uint64_t bytes, bool peer_errors = false) {
-  static int next_port = 20000 + static_cast<int>(getpid() % 20000);
-  const std::string port = std::to_string(next_port++);
-  const std::uint64_t iterations = std::max<std::uint64_t>(64, bytes / size);
-  const std::vector<std::string> env = PerftestEnv(t, peer_errors);
-  const pid_t server = Spawn({"ucx_perftest", "-p", port}, env, -1);
-  if (server < 0) return std::nullopt;
-  std::string output;
-  for (int attempt = 0; attempt < 50 && output.find('\n') == std::string::npos; ++attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the server is listening
-    int fds[2];
-    KVMESH_CHECK(pipe2(fds, O_CLOEXEC) == 0);
-    std::vector<std::string> argv = {"ucx_perftest",
-                                     "127.0.0.1",
-                                     "-p",
-                                     port,
-                                     "-t",
-                                     test,
-                                     "-s",
-                                     std::to_string(size),
-                                     "-n",
-                                     std::to_string(iterations),
-                                     "-w",
-                                     "16",
-                                     "-f"};
-    if (peer_errors) argv.emplace_back("-e");
-    const pid_t client = Spawn(argv, env, fds[1]);
-    close(fds[1]);
-    output.clear();
-    char chunk[4096];
-    for (ssize_t n; (n = read(fds[0], chunk, sizeof(chunk))) > 0;) output.append(chunk, n);
-    close(fds[0]);
-    int status = 0;
-    waitpid(client, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) output.clear();
-    if (output.find("overall") == std::string::npos) output.clear();
+  bench::PerftestOptions o;
+  o.env = PerftestEnv(t, peer_errors);
+  o.test = test;
+  o.message_bytes = size;
+  o.iterations = bench::PerftestIterations(size, bytes);
+  o.peer_errors = peer_errors;
+  Result<double> bw = bench::RunPerftest(o);
+  if (!bw.ok()) {
+    std::fprintf(stderr, "ucx_perftest %s of %s on %s failed (is ucx-utils installed?): %s\n",
+                 test.c_str(), SizeName(size).c_str(), t.name.c_str(),
+                 bw.status().ToString().c_str());
+    return std::nullopt;
   }
-  kill(server, SIGKILL);
-  waitpid(server, nullptr, 0);
-  if (output.empty()) {
-    std::fprintf(stderr, "ucx_perftest %s of %s on %s failed (is ucx-utils installed?)\n",
-                 test.c_str(), SizeName(size).c_str(), t.name.c_str());
-  }
-  // The last line: iterations, 3 overheads (usec), bandwidth average and overall (MB/s = 2^20
-  // bytes/s), message rates.
-  std::istringstream lines(output);
-  std::string line, last;
-  while (std::getline(lines, line)) {
-    if (!line.empty() && line.find('|') == std::string::npos && line.find('+') != 0) last = line;
-  }
-  std::istringstream numbers(last);
-  std::vector<double> values;
-  for (double v; numbers >> v;) values.push_back(v);
-  if (values.size() < 6) return std::nullopt;
-  return values[5] * static_cast<double>(kMiB);
+  return *bw;
 }
 
 // ---- the engine -----------------------------------------------------------------------------

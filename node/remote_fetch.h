@@ -20,14 +20,16 @@
 //      and ask it FetchBlocks(transfer id, ids, our bundle sizes, deadline) over its link; wait
 //      for the grant (bounded by the deadline: the engine completes it only once UCX no longer
 //      writes into the slots);
-//   5. verify each bundle against its content id and our pool's geometry (BundleCodec::Decode:
-//      checksum, fingerprint, shape, content id) and write it into the reserved block; the first
-//      failure ends the run;
+//   5. verify each bundle against its content id and our pool's geometry (BundleCodec::
+//      DecodeOnePass: fingerprint, shape and content id before any byte is copied, the checksum
+//      while it is copied into the reserved block); the first failure ends the run (that block
+//      is not published);
 //   6. PublishRestore(ready, keep_pinned): the verified blocks enter the tree, pinned; the rest of
 //      the reservation is freed. The returned pins are held by the caller across AddSequence.
-// Never is a pool block written by UCX: bytes land in staging and are copied in only after they
-// verified. A failed or timed-out transfer marks the link failed (the next fetch reconnects). The
-// tenant salt is part of the content ids, computed here from the requesting engine's options.
+// Never is a pool block written by UCX: bytes land in staging and are copied into the hidden
+// reserved blocks by the decode, and only the blocks that verified are published. A failed or
+// timed-out transfer marks the link failed (the next fetch reconnects). The tenant salt is part of
+// the content ids, computed here from the requesting engine's options.
 //
 // Thread safety: thread-safe.
 #pragma once
