@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
     kvmesh::cli::RegisterEventsCommand(app, outcome);
     kvmesh::cli::RegisterEvictCommand(app, outcome);
     kvmesh::cli::RegisterRouteCommand(app, outcome);
+    kvmesh::cli::RegisterHandoffCommand(app, outcome);
     kvmesh::cli::RegisterFlushCommand(app, outcome);
     kvmesh::cli::RegisterBenchCommand(app, outcome);
 

@@ -9,9 +9,11 @@
 //   inspect   every component of one block and its tier copies                   kvmesh.inspect/1
 //   stats     hit rates, evictions, copy traffic and latency percentiles        kvmesh.stats/1
 //   events    KV events, now or followed                                         kvmesh.event/1
-//   lines evict     drop unpinned cached blocks on request kvmesh.evict/1 flush     write cached
-//   and host-tier blocks to the disk tier now             kvmesh.flush/1 bench     a short
-//   control-plane load run                                     kvmesh.bench/1
+//   evict     drop unpinned cached blocks on request                             kvmesh.evict/1
+//   flush     write cached and host-tier blocks to the disk tier now             kvmesh.flush/1
+//   bench     a short control-plane load run                                     kvmesh.bench/1
+//   route     which nodes hold how much of a prompt's prefix (the directory)     kvmesh.route/1
+//   handoff   hand a prompt's blocks from a prefill node to a decode node        kvmesh.handoff/1
 // and `kvctl replay TRACE --live` (cli/replay_live.h). Errors follow cli/command.h.
 #pragma once
 
@@ -31,5 +33,6 @@ void RegisterEvictCommand(CLI::App& app, CommandOutcome& outcome);
 void RegisterFlushCommand(CLI::App& app, CommandOutcome& outcome);
 void RegisterBenchCommand(CLI::App& app, CommandOutcome& outcome);
 void RegisterRouteCommand(CLI::App& app, CommandOutcome& outcome);
+void RegisterHandoffCommand(CLI::App& app, CommandOutcome& outcome);
 
 }  // namespace kvmesh::cli

@@ -4,18 +4,15 @@
 // node a router should send the prompt to. --explain adds the reasoning per node; --json prints
 // kvmesh.route/1.
 //
-// The prompt is either token ids (--tokens FILE: integers separated by spaces, commas, newlines,
-// or a JSON list) or, for a quick look, a text whose UTF-8 bytes stand for its tokens (kvmesh has
-// no tokenizer; prompts stored through an engine need --tokens with the engine's ids).
+// The prompt: cli/prompt_tokens.h.
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/live_commands.h"
 #include "cli/live_output.h"
 #include "cli/node_connection.h"
+#include "cli/prompt_tokens.h"
 #include "common/strings.h"
 
 namespace kvmesh::cli {
@@ -23,34 +20,10 @@ namespace {
 
 struct RouteOptions {
   NodeConnectionFlags node;
-  std::string prompt;
-  std::string tokens_file;
+  PromptFlags prompt;
   bool explain = false;
   bool json = false;
 };
-
-Result<std::vector<std::int32_t>> ReadTokens(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound(StrCat("cannot open --tokens ", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  std::string text = s.str();
-  std::vector<std::int32_t> tokens;
-  for (char& ch : text) {
-    if (ch == ',' || ch == '[' || ch == ']' || ch == '\n' || ch == '\t' || ch == '\r') ch = ' ';
-  }
-  std::istringstream words(text);
-  std::string w;
-  while (words >> w) {
-    char* end = nullptr;
-    const long long v = std::strtoll(w.c_str(), &end, 10);
-    if (end == w.c_str() || *end != '\0' || v < INT32_MIN || v > INT32_MAX) {
-      return Status::InvalidArgument(StrCat("--tokens ", path, ": '", w, "' is not a token id"));
-    }
-    tokens.push_back(static_cast<std::int32_t>(v));
-  }
-  return tokens;
-}
 
 std::string Why(const rpc::ClusterLookupResponse& r, const rpc::NodePrefix& n, bool first) {
   const std::int64_t t = std::max<std::int64_t>(1, r.tokens_per_block());
@@ -65,15 +38,7 @@ std::string Why(const rpc::ClusterLookupResponse& r, const rpc::NodePrefix& n, b
 }
 
 Status Run(const RouteOptions& o) {
-  if (o.prompt.empty() == o.tokens_file.empty()) {
-    return Status::InvalidArgument("give a PROMPT text or --tokens FILE (one of them)");
-  }
-  std::vector<std::int32_t> tokens;
-  if (!o.tokens_file.empty()) {
-    KVMESH_ASSIGN_OR_RETURN(tokens, ReadTokens(o.tokens_file));
-  } else {
-    for (const char ch : o.prompt) tokens.push_back(static_cast<unsigned char>(ch));
-  }
+  KVMESH_ASSIGN_OR_RETURN(const std::vector<std::int32_t> tokens, PromptTokens(o.prompt));
   KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<NodeClient> c, ConnectToNode(o.node));
   rpc::Request req;
   req.mutable_cluster_lookup()->mutable_tokens()->Add(tokens.begin(), tokens.end());
@@ -114,9 +79,7 @@ void RegisterRouteCommand(CLI::App& app, CommandOutcome& outcome) {
       "which nodes of the cluster hold how much of a prompt's prefix, in which tier, and which "
       "node a router should pick (from the prefix directory)");
   AddNodeConnectionFlags(cmd, &o->node);
-  cmd->add_option("prompt", o->prompt, "prompt text (its UTF-8 bytes stand for token ids)");
-  cmd->add_option("--tokens", o->tokens_file,
-                  "file of token ids (spaces, commas, newlines or a JSON list)");
+  AddPromptFlags(cmd, &o->prompt);
   cmd->add_flag("--explain", o->explain, "say per node why it ranks where it does");
   cmd->add_flag("--json", o->json, "print kvmesh.route/1 JSON");
   cmd->callback([o, &outcome] { outcome.Set(Run(*o)); });
