@@ -29,7 +29,8 @@ using cluster_replay::ReplayStats;
 // The first 600 requests ask for 16,495 blocks, 13,712 of them distinct (with no eviction at all,
 // at most 17 % of the asked blocks could be reused; reuse distances are long). A node sees a
 // quarter of the requests: 1,000 blocks per node (4,000 in the cluster) keeps LRU eviction busy.
-// Measured (RelWithDebInfo): isolated 0.052, global 0.086 (518 blocks fetched), about 3 s.
+// Measured (RelWithDebInfo): isolated 0.052, global 0.086 (518 blocks fetched); 5 s (17 s beside
+// a 2-job build).
 constexpr std::int64_t kRequests = 600;
 constexpr std::int64_t kPoolBlocks = 1000;
 
