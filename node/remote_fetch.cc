@@ -176,7 +176,12 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
   std::int64_t bytes = 0;
   for (const Slice& s : slices) bytes += static_cast<std::int64_t>(s.length);
   bytes_.fetch_add(bytes);
-  const std::int64_t ready = DecodeArrived(reserved, lease);
+  // The holder encodes the blocks it still holds, from the first; the slots after those are
+  // zeros (a stale directory entry or an eviction since it was asked): misses, not blocks that
+  // failed verification.
+  const std::int64_t held =
+      std::clamp<std::int64_t>(answer->fetch_blocks().sent_blocks(), 0, reserved.count());
+  const std::int64_t ready = DecodeArrived(reserved, lease, held);
   KVMESH_ASSIGN_OR_RETURN(PublishedRestore published,
                           m.PublishRestore(std::move(reserved), ready, /*keep_pinned=*/true));
   fetched_.fetch_add(published.published);
@@ -188,9 +193,10 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
   return out;
 }
 
-std::int64_t RemoteFetcher::DecodeArrived(const RestoreReservation& r, const StagingLease& lease) {
+std::int64_t RemoteFetcher::DecodeArrived(const RestoreReservation& r, const StagingLease& lease,
+                                          std::int64_t held) {
   const std::size_t pools = codecs_.size();
-  for (std::int64_t i = 0; i < r.count(); ++i) {
+  for (std::int64_t i = 0; i < held; ++i) {
     for (std::size_t p = 0; p < pools; ++p) {
       const std::size_t slot = static_cast<std::size_t>(i) * pools + p;
       const std::span<const std::byte> bundle =
@@ -209,7 +215,7 @@ std::int64_t RemoteFetcher::DecodeArrived(const RestoreReservation& r, const Sta
       }
     }
   }
-  return r.count();
+  return held;
 }
 
 ContentId RemoteFetcher::RemoteId(const RestoreReservation& r, std::int64_t i) const {

@@ -106,8 +106,10 @@ class RemoteFetcher {
   Result<RemoteFetchResult> FetchFrom(std::span<const Token> prompt, const SequenceOptions& options,
                                       const RestorePlan& plan, const Choice& choice,
                                       std::chrono::steady_clock::time_point deadline);
-  // Verifies and decodes what arrived; returns the verified prefix length.
-  std::int64_t DecodeArrived(const RestoreReservation& r, const StagingLease& lease);
+  // Verifies and decodes the first `held` blocks that arrived (those the holder said it sent);
+  // returns the verified prefix length.
+  std::int64_t DecodeArrived(const RestoreReservation& r, const StagingLease& lease,
+                             std::int64_t held);
   [[nodiscard]] ContentId RemoteId(const RestoreReservation& r, std::int64_t i) const;
 
   const RemoteFetchOptions options_;
