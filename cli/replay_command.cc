@@ -272,8 +272,10 @@ Status RunReplay(const ReplayOptions& options, std::ostream& out, std::ostream& 
   KVMESH_ASSIGN_OR_RETURN(ReplayConfig config, MakeConfig(o));
   KVMESH_ASSIGN_OR_RETURN(const ReplayCapacity capacity, ResolveCapacity(o));
   config.capacity_blocks = capacity.blocks;
-  KVMESH_ASSIGN_OR_RETURN(const std::optional<TieredReplayOptions> tiers,
+  KVMESH_ASSIGN_OR_RETURN(std::optional<TieredReplayOptions> tiers,
                           ResolveReplayTiers(o.tiers, capacity.blocks.has_value(), o.sweep));
+  // --policy orders the host tier's victims too (docs/kvctl.md, "Tiers").
+  if (tiers) tiers->host_eviction_policy = config.policy;
   ReplaySource source;
   KVMESH_ASSIGN_OR_RETURN(const std::vector<TraceRequest> trace, LoadTrace(o, &source));
   const bool show_progress = !o.no_progress && (o.progress || err_is_tty);

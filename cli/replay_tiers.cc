@@ -153,7 +153,9 @@ Json DiskJson(const OffloadStats& s) {
 void PrintReplayTiersText(const ReplayResult& r, const TieredReplayStats& t, std::ostream& out) {
   const OffloadStats& s = t.offload;
   const KvPoolGeometry& g = t.geometry;
-  out << "tiers       host " << t.host_blocks << " blocks, disk " << t.disk_blocks << " blocks";
+  out << "tiers       host " << t.host_blocks << " blocks";
+  if (t.host_blocks > 0) out << " (" << r.policy_name() << ")";
+  out << ", disk " << t.disk_blocks << " blocks";
   if (!t.disk_path.empty()) {
     out << " (" << t.disk_path << (t.disk_kept ? ", kept" : ", removed") << ")";
   }
@@ -182,6 +184,8 @@ Json ReplayTiersJson(const ReplayResult& r, const TieredReplayStats& t) {
   const KvPoolGeometry& g = t.geometry;
   Json j;
   j["host_blocks"] = t.host_blocks;
+  // The host tier evicts by the replay's --policy (null without a host tier).
+  j["host_policy"] = t.host_blocks > 0 ? Json(std::string(r.policy_name())) : Json(nullptr);
   j["disk_blocks"] = t.disk_blocks;
   j["disk_path"] = t.disk_path.empty() ? Json(nullptr) : Json(t.disk_path);
   j["disk_kept"] = t.disk_kept;

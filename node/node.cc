@@ -190,6 +190,7 @@ Status Node::Open(const NodeConfig& config) {
   t.env.copy_executor = copy_pool_.get();
   t.offload.host_capacity_bytes = c.kv_cache.host_cache_size;
   t.offload.host_prefault = false;
+  t.offload.host_eviction_policy = c.kv_cache.eviction_policy;  // one key for the pools and host
   t.offload.offload_min_priority = c.kv_cache.secondary_offload_min_priority;
   t.offload.copy_threads = c.kv_cache.copy_threads;
   t.offload.on_copy = [m = metrics_.get()](CopyDirection d, KvTier tier, std::int64_t bytes,

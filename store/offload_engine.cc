@@ -124,6 +124,7 @@ Status OffloadEngine::Open() {
     h.capacity_bytes = options_.host_capacity_bytes;
     h.memory = options_.host_memory;
     h.prefault = options_.host_prefault;
+    h.eviction_policy = options_.host_eviction_policy;
     for (int p = 0; p < num_pools(); ++p) {
       h.pools.push_back(
           {TierPoolId{p}, options_.pools[p].layout, options_.pools[p].pool_scale, 0.0});

@@ -3,9 +3,10 @@
 // asynchronous copies and per-tier statistics. TieredCache (tiered_cache.h) builds the sequence
 // API on it; the replay with tiers (tiered_replay.h) uses it directly.
 //
-// Ownership: the engine owns the tiers it is configured with (a HostTier of host_capacity_bytes,
-// a RocksDbTier at disk->path; either may be absent) and its worker threads. The primary pools'
-// memory (options.pools, e.g. PoolStorage views) is the caller's and must outlive the engine.
+// Ownership: the engine owns the tiers it is configured with (a HostTier of host_capacity_bytes
+// evicting in host_eviction_policy's order, a RocksDbTier at disk->path; either may be absent) and
+// its worker threads. The primary pools' memory (options.pools, e.g. PoolStorage views) is the
+// caller's and must outlive the engine.
 // Manager pool p is tier pool TierPoolId{p}; each pool's layout and pool scale come from its view.
 //
 // Offload (EvictionListener; the engine is the block manager's listener). For a victim evicted to
@@ -95,6 +96,10 @@ struct OffloadEngineOptions {
   std::int64_t host_capacity_bytes = 0;
   HostMemoryKind host_memory = HostMemoryKind::kAuto;
   bool host_prefault = true;
+  // The host tier's victim order (HostTierOptions::eviction_policy; one policy per pool, entries
+  // are slots). The default is the host tier's own, priority-lru; kvnode passes its config's
+  // kv_cache.eviction_policy (learned by default) and `kvctl replay` its --policy.
+  EvictionPolicyKind host_eviction_policy = EvictionPolicyKind::kPriorityLru;
   // RocksDB tier (path, capacity_bytes and tuning; its pools are filled in); nullopt = none.
   std::optional<RocksDbTierOptions> disk;
   int offload_min_priority = kTierDefaultPriority;  // 0..101; 101 = never offload

@@ -55,6 +55,7 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const RocksDbTierOptions& o,
     c.target_file_size_base = std::max<std::uint64_t>(64ull << 20, write_buffer);
     c.max_bytes_for_level_base = 4 * c.target_file_size_base;
     c.level_compaction_dynamic_level_bytes = true;
+    c.disable_auto_compactions = o.disable_auto_compactions;
     if (o.enable_blob_files) {
       c.enable_blob_files = true;
       c.min_blob_size = static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.min_blob_bytes));

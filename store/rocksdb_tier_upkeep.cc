@@ -24,6 +24,14 @@ constexpr auto kSampleInterval = std::chrono::milliseconds(50);
 constexpr double kAmplificationDecay = 0.9998;
 constexpr std::int64_t kNudgeIntervalNs = 1'000'000'000;
 constexpr double kMaxAmplification = 8.0;
+// Blob garbage collection (rocksdb_tier.h, Blob garbage): worth a pass over every blob file when
+// the files on disk exceed kGcTrigger x the live bundles plus kGcSlack (the memtables, level-0
+// files and SST keys of a small tier); the upkeep thread starts one at most every kGcIntervalNs.
+// 1.5 is the amplification the tier assumes of blob files at open; above it, dead bundles are
+// taking room that live ones could have.
+constexpr double kGcTrigger = 1.5;
+constexpr std::int64_t kGcSlack = 4ll << 20;
+constexpr std::int64_t kGcIntervalNs = 5'000'000'000;
 
 std::int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
@@ -36,6 +44,65 @@ void RocksDbTier::StartUpkeep() {
   upkeep_ = std::thread([this] { UpkeepLoop(); });
 }
 
+bool RocksDbTier::WorthCollecting(std::int64_t on_disk, std::int64_t live) const {
+  if (!options_.enable_blob_files) return false;
+  // The collection writes the live bundles before it deletes the old files.
+  const bool room = options_.capacity_bytes < rocksdb_tier::kMinOnDiskCapacity ||
+                    on_disk + live <= options_.capacity_bytes;
+  return room && static_cast<double>(on_disk) >
+                     kGcTrigger * static_cast<double>(live) + static_cast<double>(kGcSlack);
+}
+
+Status RocksDbTier::CollectGarbage() {
+  if (disabled()) return DisabledError();
+  if (!options_.enable_blob_files) return Status::Ok();  // compactions drop dead values themselves
+  const auto start = SteadyClock::now();
+  const auto before = static_cast<std::int64_t>(sst_files_->GetTotalSize());
+  KVMESH_RETURN_IF_ERROR(FlushNow());  // erases and evictions in the memtables reach the files
+  rocksdb::CompactRangeOptions c;
+  c.exclusive_manual_compaction = false;  // background flushes and compactions go on meanwhile
+  // The last level too (with dynamic level sizes that is where nearly every key is), so that
+  // every blob reference is read and every blob file is a candidate.
+  c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
+  c.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
+  c.blob_garbage_collection_age_cutoff = 1.0;
+  for (const auto& p : pools_) {
+    if (rocksdb::Status s = db_->CompactRange(c, p->data, nullptr, nullptr); !s.ok()) {
+      if (s.IsIncomplete() && s.subcode() == rocksdb::Status::kManualCompactionPaused) {
+        return Status::Cancelled("rocksdb tier: garbage collection stopped by close");
+      }
+      return Disable("garbage collection", s);
+    }
+  }
+  gc_runs_.fetch_add(1, std::memory_order_relaxed);
+  gc_done_.store(true, std::memory_order_release);
+  std::int64_t live = 0;
+  {
+    MutexLock lock(&mu_);
+    live = ready_bytes_;
+  }
+  KVMESH_LOG_INFO(
+      "rocksdb tier collected blob garbage path {} disk_bytes_before {} disk_bytes_after {} "
+      "live_bytes {} seconds {:.3f}",
+      options_.path, before, sst_files_->GetTotalSize(), live,
+      std::chrono::duration<double>(SteadyClock::now() - start).count());
+  return Status::Ok();
+}
+
+void RocksDbTier::StartCollectingGarbage() {
+  if (gc_running_.load(std::memory_order_acquire)) return;
+  const std::int64_t now = NowNs();
+  if (last_gc_ns_ != 0 && now - last_gc_ns_ < kGcIntervalNs) return;
+  last_gc_ns_ = now;
+  if (gc_thread_.joinable()) gc_thread_.join();  // the previous one, finished
+  gc_running_.store(true, std::memory_order_release);
+  gc_thread_ = std::thread([this] {
+    // A failure disabled the tier (logged there); a cancel is the close.
+    CollectGarbage().IgnoreError();
+    gc_running_.store(false, std::memory_order_release);
+  });
+}
+
 void RocksDbTier::StopUpkeep() {
   {
     MutexLock lock(&upkeep_mu_);
@@ -43,6 +110,12 @@ void RocksDbTier::StopUpkeep() {
   }
   upkeep_cv_.notify_all();
   if (upkeep_.joinable()) upkeep_.join();
+  if (gc_thread_.joinable()) {
+    // A garbage collection in progress stops at its next check (CollectGarbage then returns
+    // kCancelled; what it had rewritten is kept), so that a close does not wait for it.
+    if (gc_running_.load(std::memory_order_acquire)) db_->DisableManualCompaction();
+    gc_thread_.join();
+  }
 }
 
 void RocksDbTier::UpkeepLoop() {
@@ -136,18 +209,32 @@ void RocksDbTier::SampleCapacity() {
     over_capacity_.store(false, std::memory_order_relaxed);
   }
   std::vector<Key> victims;
+  std::int64_t live = 0;
   {
     MutexLock lock(&mu_);
     // A sample says little while the tier holds almost nothing.
     const std::int64_t min_bytes = std::max<std::int64_t>(options_.capacity_bytes / 100,
                                                           8 * pools_.front()->codec.bundle_bytes());
     if (ready_bytes_ >= min_bytes) {
-      const double sample = static_cast<double>(on_disk) / static_cast<double>(ready_bytes_);
-      amplification_ = sample >= amplification_ ? sample
-                                                : kAmplificationDecay * amplification_ +
-                                                      (1 - kAmplificationDecay) * sample;
+      double sample = static_cast<double>(on_disk) / static_cast<double>(ready_bytes_);
+      if (options_.enable_blob_files &&
+          static_cast<double>(on_disk) >
+              kGcTrigger * static_cast<double>(ready_bytes_) + static_cast<double>(kGcSlack)) {
+        // The garbage above the trigger is the collection's to remove, not the budget's (even
+        // while there is no room for one: the write limit keeps the files within the capacity).
+        sample = std::min(sample, (kGcTrigger * static_cast<double>(ready_bytes_) +
+                                   static_cast<double>(kGcSlack)) /
+                                      static_cast<double>(ready_bytes_));
+      }
+      // After a garbage collection the peak it removed is no guide: follow the sample at once.
+      const bool collected = gc_done_.exchange(false, std::memory_order_acq_rel);
+      amplification_ =
+          sample >= amplification_ || collected
+              ? sample
+              : kAmplificationDecay * amplification_ + (1 - kAmplificationDecay) * sample;
       amplification_ = std::clamp(amplification_, 1.0, kMaxAmplification);
     }
+    live = ready_bytes_;
     const std::int64_t budget = LogicalBudget();
     budget_bytes_.store(budget, std::memory_order_relaxed);
     while (used_bytes_ > budget && !order_.empty()) victims.push_back(EvictOne());
@@ -155,7 +242,14 @@ void RocksDbTier::SampleCapacity() {
   WriteDeletes(victims, "evict to budget").IgnoreError();  // a failure disables (logged there)
   if (options_.capacity_bytes >= rocksdb_tier::kMinOnDiskCapacity &&
       static_cast<double>(on_disk) >= rocksdb_tier::FractionsFor(options_).resume * capacity) {
-    NudgeCompaction();
+    // At the write limit: dead bundles in blob files are collected (a compaction that RocksDB
+    // picks by itself collects only the oldest quarter of them); otherwise a compaction is asked
+    // for.
+    if (WorthCollecting(on_disk, live)) {
+      StartCollectingGarbage();
+    } else {
+      NudgeCompaction();
+    }
   }
 }
 

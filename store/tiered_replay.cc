@@ -79,6 +79,7 @@ Result<std::unique_ptr<TieredReplay>> TieredReplay::Create(const TieredReplayOpt
       (codec.bundle_bytes() + kHostSlotAlignment - 1) / kHostSlotAlignment * kHostSlotAlignment;
   e.host_capacity_bytes = options.host_blocks * slot;
   e.host_memory = HostMemoryKind::kAligned;
+  e.host_eviction_policy = options.host_eviction_policy;
   e.copy_threads = options.copy_threads;
   e.offload_min_priority = options.offload_min_priority;
   if (options.disk_blocks > 0) {

@@ -54,6 +54,9 @@ struct TieredReplayOptions {
   int copy_threads = 1;
   int offload_min_priority = kTierDefaultPriority;
   DiskDurability disk_durability = DiskDurability::kFlush;
+  // The host tier's victim order (OffloadEngineOptions::host_eviction_policy); `kvctl replay`
+  // passes its --policy.
+  EvictionPolicyKind host_eviction_policy = EvictionPolicyKind::kPriorityLru;
 };
 
 // kInvalidArgument when block_bytes is not a positive multiple of 2 × tokens_per_block.

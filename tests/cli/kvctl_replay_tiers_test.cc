@@ -82,10 +82,12 @@ TEST(KvctlReplayTiersTest, JsonMatchesTheLibrary) {
   tiers.host_blocks = 100;
   tiers.disk_blocks = 1000;
   tiers.copy_threads = 0;
+  tiers.host_eviction_policy = config.policy;  // --policy (learned by default) orders the host tier
   auto expected = ReplayTraceWithTiers(*trace, config, tiers);
   ASSERT_TRUE(expected.ok()) << expected.status();
   const Json& t = j["tiers"];
   ASSERT_TRUE(t.is_object());
+  EXPECT_EQ(t["host_policy"], "learned");
   EXPECT_EQ(j["reused_blocks"], expected->replay.reused_blocks);
   EXPECT_EQ(t["hits"]["pool"], expected->replay.reused_blocks);
   EXPECT_EQ(t["hits"]["host"], expected->tiers.host_hit_blocks);
@@ -102,6 +104,42 @@ TEST(KvctlReplayTiersTest, JsonMatchesTheLibrary) {
   EXPECT_FALSE(fs::exists(t["disk_path"].get<std::string>()));  // the temporary one is gone
 }
 
+// --policy orders the host tier's victims as well as the pool's: each policy's figures are those of
+// the library with that policy in both, and the JSON names it.
+TEST(KvctlReplayTiersTest, PolicyOrdersTheHostTierToo) {
+  SyntheticTraceOptions g;
+  g.seed = 3;
+  g.conversations = 60;
+  g.turns = 4;
+  g.concurrency = 12;
+  auto trace = GenerateSyntheticTrace(g);
+  ASSERT_TRUE(trace.ok());
+  for (const std::string policy : {"lru", "priority-lru"}) {
+    SCOPED_TRACE(policy);
+    const RunResult run =
+        RunKvctl(With(kReplay, {"--host-tier-blocks", "40", "--policy", policy, "--json"}));
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const Json j = Json::parse(run.out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << run.out;
+    const Json& t = j["tiers"];
+    EXPECT_EQ(t["host_policy"], policy);
+    ReplayConfig config;
+    config.tokens_per_block = 64;
+    config.capacity_blocks = 60;
+    ASSERT_TRUE(SetReplayPolicy(policy, &config).ok());
+    TieredReplayOptions tiers;
+    tiers.block_bytes = 512;
+    tiers.host_blocks = 40;
+    tiers.copy_threads = 0;
+    tiers.host_eviction_policy = config.policy;
+    auto expected = ReplayTraceWithTiers(*trace, config, tiers);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    EXPECT_EQ(t["hits"]["host"], expected->tiers.host_hit_blocks);
+    EXPECT_EQ(t["hits"]["pool"], expected->replay.reused_blocks);
+    EXPECT_EQ(t["offload"]["blocks"], expected->tiers.offload.offload.blocks);
+  }
+}
+
 TEST(KvctlReplayTiersTest, TextSummaryAndAKeptDiskPath) {
   const fs::path dir =
       fs::path(::testing::TempDir()) / ("kvctl_replay_tiers_" + std::to_string(getpid()));
@@ -112,6 +150,7 @@ TEST(KvctlReplayTiersTest, TextSummaryAndAKeptDiskPath) {
   EXPECT_THAT(run.out, HasSubstr("hit rate    "));
   EXPECT_THAT(run.out, HasSubstr("with tiers  hit rate "));
   EXPECT_THAT(run.out, HasSubstr("hits        pool "));
+  EXPECT_THAT(run.out, HasSubstr("tiers       host 30 blocks (learned), disk 1000 blocks"));
   EXPECT_THAT(run.out, HasSubstr(", kept)"));
   EXPECT_THAT(run.out, HasSubstr(" 0 mismatched, 0 corrupt reads"));
   EXPECT_TRUE(fs::exists(dir / "CURRENT"));  // a RocksDB database, kept

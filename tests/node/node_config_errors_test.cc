@@ -107,6 +107,10 @@ TEST(NodeConfigTest, BadValuesNameTheKeyAndItsLine) {
       {"kv_cache:\n  eviction_policy: fifo\n",
        "kvnode.yaml:2: kv_cache.eviction_policy: eviction policy 'fifo' is not one of "
        "lru, priority-lru, learned"},
+      // kvctl replay's offline optimum needs the future: no node (pool or host tier) can run it.
+      {"kv_cache:\n  eviction_policy: optimal\n",
+       "kvnode.yaml:2: kv_cache.eviction_policy: eviction policy 'optimal' is not one of "
+       "lru, priority-lru, learned"},
       {"device: gpu\n",
        "kvnode.yaml:1: device: device 'gpu' is not one of auto, cpu, cuda, cuda:N"},
       {"kv_cache:\n  host_cache_size: lots\n",

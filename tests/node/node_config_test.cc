@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -256,6 +257,21 @@ TEST(NodeConfigTest, TheOtherScaleAndSecretSources) {
   EXPECT_EQ(c.control.secret, "0123456789abcdef0123");
   c = ParseOk("control:\n  secret_file: /etc/kvmesh/secret\n");
   EXPECT_EQ(c.control.secret_file, "/etc/kvmesh/secret");
+}
+
+// kv_cache.eviction_policy orders the victims of the pools and of the host tier (node.cc passes it
+// to both; docs/kvnode-config.md, "Eviction policy"): every policy's name is read, in any case,
+// and the documented default says that it covers the host tier.
+TEST(NodeConfigTest, EvictionPolicyNamesEveryPolicyInAnyCase) {
+  for (const EvictionPolicyKind kind : AllEvictionPolicies()) {
+    std::string name(EvictionPolicyName(kind));
+    for (char& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    const NodeConfig c = ParseOk("kv_cache:\n  eviction_policy: " + name + "\n");
+    EXPECT_EQ(c.kv_cache.eviction_policy, kind) << name;
+  }
+  EXPECT_EQ(NodeConfig{}.kv_cache.eviction_policy, kDefaultEvictionPolicy);
+  EXPECT_THAT(std::string(DefaultNodeConfigYaml()),
+              HasSubstr("Victim order within a priority, in the pools and in the host tier"));
 }
 
 TEST(NodeConfigTest, UnitsOfSizesDurationsAndCounts) {

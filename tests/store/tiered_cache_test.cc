@@ -2,7 +2,8 @@
 // not copied again), onboard counted as reuse with identical bytes, a run stopping at the first
 // missing block, corruption in a tier (a miss plus a counter; the sequence recomputes), prefetch,
 // capacity limits of both tiers, a disk-only tier, a warm restart (a new manager and pool over
-// the same RocksDB directory), and two pools of different layouts.
+// the same RocksDB directory), two pools of different layouts, and the host tier's eviction
+// policy set through the offload engine.
 #include "store/tiered_cache.h"
 
 #include <gtest/gtest.h>
@@ -336,6 +337,32 @@ TEST(TieredCacheTest, TwoPoolsOfDifferentLayouts) {
   }
   KVMESH_CHECK(m.RemoveSequence(RequestId{3}).ok());
   EXPECT_TRUE(m.CheckInvariants().ok());
+}
+
+// The host tier the offload engine builds evicts in OffloadEngineOptions::host_eviction_policy's
+// order. A pool of one block evicts (and offloads) every block the next request displaces: A at
+// priority 80, then B and C at 35, into a host tier of two slots; C's offload needs a host victim.
+// lru drops A (the least recently put); priority-lru and learned drop B (the lowest priority).
+TEST(TieredCacheTest, HostTierEvictsInTheOrderOfTheEnginesHostPolicy) {
+  for (const EvictionPolicyKind policy : AllEvictionPolicies()) {
+    SCOPED_TRACE(EvictionPolicyName(policy));
+    RigOptions o = Small(1, 2);
+    o.host_policy = policy;
+    Rig rig(o);
+    const auto a = Doc(kT, 1), b = Doc(kT, 2), c = Doc(kT, 3);
+    rig.Run(1, a, WholeBlocks(80));
+    rig.Run(2, b, WholeBlocks(35));           // evicts A into the host tier
+    rig.Run(3, c, WholeBlocks(35));           // evicts B
+    rig.Run(4, Doc(kT, 4), WholeBlocks(35));  // evicts C: the host tier is full
+    rig.engine().Drain();
+    HostTier& host = *rig.engine().host();
+    ASSERT_EQ(host.SlotCount(kPool), 2);
+    EXPECT_EQ(host.stats().evictions, 1);
+    EXPECT_TRUE(host.Contains(kPool, rig.Ids(c, WholeBlocks())[0]));
+    const bool lru = policy == EvictionPolicyKind::kLru;
+    EXPECT_EQ(host.Contains(kPool, rig.Ids(a, WholeBlocks())[0]), !lru) << "A, priority 80";
+    EXPECT_EQ(host.Contains(kPool, rig.Ids(b, WholeBlocks())[0]), lru) << "B, priority 35";
+  }
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ struct RigOptions {
   int copy_threads = 1;
   int offload_min_priority = kTierDefaultPriority;
   EvictionPolicyKind policy = EvictionPolicyKind::kPriorityLru;
+  EvictionPolicyKind host_policy = EvictionPolicyKind::kPriorityLru;  // the host tier's order
   // 0: an allocation waits for each deferred victim (the eviction order of a synchronous copy,
   // so that counts are exact while copies still run on the workers).
   std::int64_t max_moving_out = 0;
@@ -57,6 +58,7 @@ class Rig {
     t.offload.host_capacity_bytes = o.host_blocks * ((bundle + 63) / 64 * 64);
     t.offload.host_memory = HostMemoryKind::kAligned;
     t.offload.host_prefault = false;
+    t.offload.host_eviction_policy = o.host_policy;
     if (!o.disk_path.empty()) {
       RocksDbTierOptions d;
       d.path = o.disk_path;
