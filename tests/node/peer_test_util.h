@@ -3,13 +3,13 @@
 // whose dense-reference checks are the tests' proof that fetched or handed-off blocks are right.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "node/synthetic_engine.h"
 #include "pool/trace.h"
