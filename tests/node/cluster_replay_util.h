@@ -32,10 +32,6 @@
 // Not thread-safe: one thread drives a cluster.
 #pragma once
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -53,6 +49,7 @@
 #include "node/node.h"
 #include "node/node_config.h"
 #include "pool/trace.h"
+#include "tests/node/loopback_port.h"
 
 namespace kvmesh::cluster_replay {
 
@@ -70,24 +67,6 @@ struct ClusterOptions {
   int batch_ms = 10;  // the directory's publishing interval (kGlobal)
   std::string log_level = "warn";
 };
-
-// A loopback TCP port nothing listens on now (0 when none could be had).
-inline int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 inline std::string NodeId(int i) { return StrCat("replay-", i); }
 
@@ -125,7 +104,7 @@ class Cluster {
     std::unique_ptr<Cluster> c(new Cluster(o));
     std::vector<int> ports;
     for (int i = 0; i < o.nodes; ++i) {
-      const int p = FreeLoopbackPort();
+      const int p = node_test::FreeLoopbackPort();
       if (p == 0) return Status::IoError("no free loopback port");
       ports.push_back(p);
     }

@@ -22,23 +22,6 @@ std::string EtcdBinary() {
   return ::access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : "";
 }
 
-int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 Result<std::unique_ptr<EtcdProcess>> EtcdProcess::Start(const std::filesystem::path& dir) {
   const std::string binary = EtcdBinary();
   if (binary.empty()) return Status::NotFound(kEtcdMissing);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "tests/node/loopback_port.h"
 #include "tests/node/node_process.h"
 
 namespace kvmesh::node_test {
@@ -20,8 +21,6 @@ inline constexpr const char* kEtcdMissing =
 
 // The path of the etcd binary (PATH, then /usr/bin/etcd), or "".
 std::string EtcdBinary();
-// A loopback TCP port nothing listens on now.
-int FreeLoopbackPort();
 
 class EtcdProcess {
  public:
