@@ -6,17 +6,16 @@
 // fetched block may fail verification, and no pin may be left. Skips when the trace is absent
 // (KVMESH_MOONCAKE_TRACE at run time, else the path configured into the build).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-#include <system_error>
 
 #include "node/remote_fetch.h"
 #include "pool/trace.h"
 #include "tests/node/cluster_replay_util.h"
+#include "tests/node/node_process.h"
 
 namespace kvmesh {
 namespace {
@@ -25,6 +24,7 @@ using cluster_replay::Cluster;
 using cluster_replay::ClusterOptions;
 using cluster_replay::Mode;
 using cluster_replay::ReplayStats;
+using node_test::ScratchDir;
 
 // The first 600 requests ask for 16,495 blocks, 13,712 of them distinct (with no eviction at all,
 // at most 17 % of the asked blocks could be reused; reuse distances are long). A node sees a
@@ -44,27 +44,6 @@ std::string MooncakeTracePath() {
   return "";
 #endif
 }
-
-// A fresh directory for the nodes, removed with the object (also when the test fails).
-class ScratchDir {
- public:
-  ScratchDir()
-      : path_(std::filesystem::temp_directory_path() /
-              ("node_cluster_replay_test." + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 struct ModeRun {
   ReplayStats stats;
