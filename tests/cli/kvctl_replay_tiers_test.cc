@@ -60,6 +60,16 @@ std::vector<std::string> With(std::vector<std::string> a, const std::vector<std:
   return a;
 }
 
+// The trace kReplay's --synthetic flags generate, for the library runs the tests compare with.
+Result<std::vector<TraceRequest>> KReplayTrace() {
+  SyntheticTraceOptions g;
+  g.seed = 3;
+  g.conversations = 60;
+  g.turns = 4;
+  g.concurrency = 12;
+  return GenerateSyntheticTrace(g);
+}
+
 TEST(KvctlReplayTiersTest, JsonMatchesTheLibrary) {
   const RunResult run = RunKvctl(
       With(kReplay, {"--host-tier-blocks", "100", "--disk-tier-blocks", "1000", "--json"}));
@@ -67,12 +77,7 @@ TEST(KvctlReplayTiersTest, JsonMatchesTheLibrary) {
   EXPECT_EQ(run.err, "");  // no log lines, no progress bar
   const Json j = Json::parse(run.out, nullptr, /*allow_exceptions=*/false);
   ASSERT_TRUE(j.is_object()) << run.out;
-  SyntheticTraceOptions g;
-  g.seed = 3;
-  g.conversations = 60;
-  g.turns = 4;
-  g.concurrency = 12;
-  auto trace = GenerateSyntheticTrace(g);
+  auto trace = KReplayTrace();
   ASSERT_TRUE(trace.ok());
   ReplayConfig config;
   config.tokens_per_block = 64;
@@ -107,12 +112,7 @@ TEST(KvctlReplayTiersTest, JsonMatchesTheLibrary) {
 // --policy orders the host tier's victims as well as the pool's: each policy's figures are those of
 // the library with that policy in both, and the JSON names it.
 TEST(KvctlReplayTiersTest, PolicyOrdersTheHostTierToo) {
-  SyntheticTraceOptions g;
-  g.seed = 3;
-  g.conversations = 60;
-  g.turns = 4;
-  g.concurrency = 12;
-  auto trace = GenerateSyntheticTrace(g);
+  auto trace = KReplayTrace();
   ASSERT_TRUE(trace.ok());
   for (const std::string policy : {"lru", "priority-lru"}) {
     SCOPED_TRACE(policy);
