@@ -19,6 +19,19 @@ Result<ContentId> ContentIdFromBytes(const std::string& bytes, std::string_view 
   return id;
 }
 
+// A duration in milliseconds from the wire, as the block manager holds it: negative or beyond
+// kMaxRetentionDuration is refused here, before the conversion to nanoseconds could overflow.
+Result<Nanos> DurationFromMs(std::int64_t ms, std::string_view field) {
+  constexpr std::int64_t kMaxMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(kMaxRetentionDuration).count();
+  if (ms < 0) return Status::InvalidArgument(StrCat(field, " ", ms, " is negative"));
+  if (ms > kMaxMs) {
+    return Status::InvalidArgument(StrCat(field, " ", ms, " is more than ", kMaxMs,
+                                          " (100 years); leave it unset for no expiry"));
+  }
+  return std::chrono::milliseconds(ms);
+}
+
 std::string BytesOf(const ContentId& id) {
   return {reinterpret_cast<const char*>(id.bytes.data()), sizeof(id.bytes)};
 }
@@ -55,21 +68,15 @@ Result<SequenceOptions> FromProto(const rpc::SequenceOptions& in) {
     out.end_token = r.end_token();
     out.priority = r.priority();
     if (r.has_duration_ms()) {
-      if (r.duration_ms() < 0) {
-        return Status::InvalidArgument(
-            StrCat("retention[", i, "].duration_ms ", r.duration_ms(), " is negative"));
-      }
-      out.duration = std::chrono::milliseconds(r.duration_ms());
+      KVMESH_ASSIGN_OR_RETURN(
+          out.duration, DurationFromMs(r.duration_ms(), StrCat("retention[", i, "].duration_ms")));
     }
     o.retention.push_back(out);
   }
   if (in.has_decode_priority()) o.decode_priority = in.decode_priority();
   if (in.has_decode_duration_ms()) {
-    if (in.decode_duration_ms() < 0) {
-      return Status::InvalidArgument(
-          StrCat("decode_duration_ms ", in.decode_duration_ms(), " is negative"));
-    }
-    o.decode_duration = std::chrono::milliseconds(in.decode_duration_ms());
+    KVMESH_ASSIGN_OR_RETURN(o.decode_duration,
+                            DurationFromMs(in.decode_duration_ms(), "decode_duration_ms"));
   }
   o.reuse_last_token = in.reuse_last_token();
   if (in.has_allow_partial_reuse()) o.allow_partial_reuse = in.allow_partial_reuse();

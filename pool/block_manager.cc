@@ -72,6 +72,17 @@ Status ValidateConfig(const BlockManagerConfig& c, const BlockManagerEnv& env) {
   return Status::Ok();
 }
 
+Status ValidateDuration(const std::optional<Nanos>& duration, std::string_view what) {
+  if (!duration) return Status::Ok();
+  if (duration->count() < 0) return Status::InvalidArgument(StrCat(what, " is negative"));
+  if (*duration > kMaxRetentionDuration) {
+    return Status::InvalidArgument(StrCat(what, " ", duration->count(), " ns is more than ",
+                                          kMaxRetentionDuration.count(),
+                                          " ns (100 years); leave it unset for no expiry"));
+  }
+  return Status::Ok();
+}
+
 Status ValidatePriority(int priority, std::string_view what) {
   if (priority < kMinPriority || priority > kMaxPriority) {
     return Status::InvalidArgument(
@@ -85,9 +96,7 @@ Status ValidatePriority(int priority, std::string_view what) {
 Status ValidateSequence(std::span<const Token> tokens, const SequenceOptions& o) {
   if (tokens.empty()) return Status::InvalidArgument("tokens is empty");
   KVMESH_RETURN_IF_ERROR(ValidatePriority(o.decode_priority, "decode_priority"));
-  if (o.decode_duration && o.decode_duration->count() < 0) {
-    return Status::InvalidArgument("decode_duration is negative");
-  }
+  KVMESH_RETURN_IF_ERROR(ValidateDuration(o.decode_duration, "decode_duration"));
   std::int64_t prev_end = 0;
   for (std::size_t i = 0; i < o.retention.size(); ++i) {
     const RetentionRange& r = o.retention[i];
@@ -102,9 +111,8 @@ Status ValidateSequence(std::span<const Token> tokens, const SequenceOptions& o)
     }
     KVMESH_RETURN_IF_ERROR(
         ValidatePriority(r.priority, StrCat("retention range ", i, " priority")));
-    if (r.duration && r.duration->count() < 0) {
-      return Status::InvalidArgument(StrCat("retention range ", i, " duration is negative"));
-    }
+    KVMESH_RETURN_IF_ERROR(
+        ValidateDuration(r.duration, StrCat("retention range ", i, " duration")));
     prev_end = r.end_token;
   }
   prev_end = 0;

@@ -139,6 +139,11 @@ struct BlockManagerEnv {
   std::uint64_t hash_seed = 0;                    // in-process bucket hash; 0 = random
 };
 
+// The longest retention duration a sequence may ask for (100 years; leave a duration unset for
+// no expiry). Expiry is kept as clock nanoseconds plus the duration in an int64, so an unbounded
+// duration would overflow it.
+inline constexpr Nanos kMaxRetentionDuration = std::chrono::hours(24 * 365 * 100);
+
 // Token positions [begin_token, end_token) of the prompt keep `priority`, for `duration` when
 // set (then back to kDefaultPriority).
 struct RetentionRange {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "node/auth.h"
 #include "node/frame.h"
@@ -179,6 +180,26 @@ TEST(RpcConvertTest, OptionsRoundTripAndValidation) {
   rpc::SequenceOptions neg;
   neg.add_retention()->set_duration_ms(-1);
   EXPECT_THAT(FromProto(neg).status().message(), HasSubstr("negative"));
+  // A duration whose nanoseconds overflow an int64 (what the fuzzer found: the conversion wrapped
+  // and the value changed through ToProto) is refused, as is one past the 100-year bound; the
+  // bound itself is accepted and round-trips.
+  constexpr std::int64_t kMaxMs =
+      std::chrono::duration_cast<std::chrono::milliseconds>(kMaxRetentionDuration).count();
+  for (const std::int64_t ms : {std::numeric_limits<std::int64_t>::max(), kMaxMs + 1}) {
+    rpc::SequenceOptions huge;
+    huge.add_retention()->set_duration_ms(ms);
+    EXPECT_TRUE(FromProto(huge).status().IsInvalidArgument()) << ms;
+    huge.Clear();
+    huge.set_decode_duration_ms(ms);
+    EXPECT_THAT(FromProto(huge).status().message(), HasSubstr("100 years")) << ms;
+  }
+  rpc::SequenceOptions longest;
+  longest.set_decode_duration_ms(kMaxMs);
+  auto accepted = FromProto(longest);
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  rpc::SequenceOptions again;
+  ToProto(*accepted, &again);
+  EXPECT_EQ(again.decode_duration_ms(), kMaxMs);
   // Unset optional fields keep the block manager's defaults.
   auto defaults = FromProto(rpc::SequenceOptions());
   EXPECT_EQ(defaults->decode_priority, kDefaultPriority);

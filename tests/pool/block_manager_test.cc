@@ -281,7 +281,13 @@ TEST(BlockManagerTest, BadInputIsRejected) {
   EXPECT_TRUE(m->AddSequence(R(1), Tokens(8), o).status().IsInvalidArgument());
   o.retention = {{0, 4, 50, Nanos(-1)}};
   EXPECT_TRUE(m->AddSequence(R(1), Tokens(8), o).status().IsInvalidArgument());
+  // Past kMaxRetentionDuration, clock + duration would overflow the expiry's int64.
+  o.retention = {{0, 4, 50, kMaxRetentionDuration + Nanos(1)}};
+  EXPECT_TRUE(m->AddSequence(R(1), Tokens(8), o).status().IsInvalidArgument());
   o.retention.clear();
+  o.decode_duration = Nanos::max();
+  EXPECT_TRUE(m->AddSequence(R(1), Tokens(8), o).status().IsInvalidArgument());
+  o.decode_duration.reset();
   o.decode_priority = -1;
   EXPECT_TRUE(m->AddSequence(R(1), Tokens(8), o).status().IsInvalidArgument());
   o.decode_priority = kDefaultPriority;
