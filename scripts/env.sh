@@ -8,14 +8,47 @@ KVMESH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KVMESH_JOBS=${KVMESH_JOBS:-$(nproc)}
 export KVMESH_ROOT KVMESH_JOBS
 
-# configure_and_build DIR [cmake args...]: configures (once) and builds everything in DIR.
-configure_and_build() {
+# The release build, build/release, is shared by scripts/test, scripts/bench and scripts/run: they
+# configure it with these same arguments (so that none reconfigures it for another), and
+# scripts/run builds only the programs it runs.
+KVMESH_RELEASE_DIR=$KVMESH_ROOT/build/release
+KVMESH_RELEASE_ARGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVMESH_WERROR=ON)
+
+# The sanitizer build, build/asan, is shared by scripts/test (its ASan+UBSan test step) and
+# scripts/fuzz: clang, CUDA off, ASan+UBSan, -O1 with line tables only (the usual optimisation under
+# ASan and for fuzzing; KVMESH_DCHECKs stay on), and libFuzzer's coverage instrumentation on every
+# object (KVMESH_FUZZ), so that one build holds both the tests and the fuzz targets.
+KVMESH_ASAN_DIR=$KVMESH_ROOT/build/asan
+# shellcheck disable=SC2054  # the comma in address,undefined is one argument, as meant
+KVMESH_ASAN_ARGS=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only"
+  -DCMAKE_CXX_COMPILER=clang++ -DKVMESH_WITH_CUDA=OFF -DKVMESH_SANITIZE=address,undefined
+  -DKVMESH_FUZZ=ON -DKVMESH_WERROR=ON -DKVMESH_BUILD_BENCH=OFF)
+
+# configure DIR [cmake args...]: configures DIR (the log in DIR.configure.log; kvmesh's own summary
+# lines are printed).
+configure() {
   local dir=$1
   shift
+  mkdir -p "$(dirname "$dir")"
   cmake -S "$KVMESH_ROOT" -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || {
     cat "$dir.configure.log" >&2
     return 1
   }
   grep -E '^-- kvmesh' "$dir.configure.log" || true
-  cmake --build "$dir" -j "$KVMESH_JOBS"
+}
+
+# configure_and_build DIR [cmake args...]: configures and builds everything in DIR.
+configure_and_build() {
+  configure "$@"
+  cmake --build "$1" -j "$KVMESH_JOBS"
+}
+
+# configure_release: configures build/release with KVMESH_RELEASE_ARGS.
+configure_release() {
+  configure "$KVMESH_RELEASE_DIR" "${KVMESH_RELEASE_ARGS[@]}"
+}
+
+# configure_asan: configures build/asan with KVMESH_ASAN_ARGS.
+configure_asan() {
+  configure "$KVMESH_ASAN_DIR" "${KVMESH_ASAN_ARGS[@]}"
 }
