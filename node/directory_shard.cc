@@ -103,7 +103,7 @@ std::size_t DirectoryShard::size() const {
 }
 
 std::optional<HolderTier> Holdings::Best(const State& s) {
-  if (s.primary_blocks > 0) return HolderTier::kPool;
+  if (s.primary_pools != 0) return HolderTier::kPool;
   if (s.host) return HolderTier::kHost;
   if (s.disk) return HolderTier::kDisk;
   return std::nullopt;
@@ -117,16 +117,7 @@ std::vector<HoldingUpdate> Holdings::Apply(const std::vector<KvEvent>& events) {
   for (const KvEvent& e : events) {
     State& s = held_[e.content_id];
     if (before.emplace(e.content_id, Best(s)).second) order.push_back(e.content_id);
-    switch (e.type) {
-      case KvEventType::kStored: ++s.primary_blocks; break;
-      case KvEventType::kRemoved: s.primary_blocks = std::max(0, s.primary_blocks - 1); break;
-      case KvEventType::kTierChanged:
-        if (e.previous_tier == KvTier::kHost) s.host = false;
-        if (e.previous_tier == KvTier::kDisk) s.disk = false;
-        if (e.tier == KvTier::kHost) s.host = true;
-        if (e.tier == KvTier::kDisk) s.disk = true;
-        break;
-    }
+    ApplyOne(e, s);
   }
   std::vector<HoldingUpdate> out;
   for (const ContentId& id : order) {
@@ -138,6 +129,51 @@ std::vector<HoldingUpdate> Holdings::Apply(const std::vector<KvEvent>& events) {
                       : HoldingUpdate{id, true, HolderTier::kPool});
   }
   return out;
+}
+
+std::vector<HoldingUpdate> Holdings::Replace(const std::vector<KvEvent>& snapshot) {
+  std::unordered_map<ContentId, State, ContentIdHash> now;
+  now.reserve(snapshot.size());
+  for (const KvEvent& e : snapshot) ApplyOne(e, now[e.content_id]);
+  std::lock_guard lock(mu_);
+  std::vector<HoldingUpdate> out;
+  for (const auto& [id, s] : held_) {
+    const std::optional<HolderTier> was = Best(s);
+    auto it = now.find(id);
+    const std::optional<HolderTier> is = it == now.end() ? std::nullopt : Best(it->second);
+    if (was == is) continue;
+    out.push_back(is ? HoldingUpdate{id, false, *is} : HoldingUpdate{id, true, HolderTier::kPool});
+  }
+  for (auto it = now.begin(); it != now.end();) {
+    const std::optional<HolderTier> is = Best(it->second);
+    if (!is) {
+      it = now.erase(it);
+      continue;
+    }
+    if (!held_.contains(it->first)) out.push_back({it->first, false, *is});
+    ++it;
+  }
+  held_ = std::move(now);
+  return out;
+}
+
+void Holdings::ApplyOne(const KvEvent& e, State& s) {
+  const int bit = std::clamp(e.pool.value, 0, kTrackedPools - 1);
+  switch (e.type) {
+    case KvEventType::kStored: s.primary_pools |= std::uint64_t{1} << bit; break;
+    case KvEventType::kRemoved: s.primary_pools &= ~(std::uint64_t{1} << bit); break;
+    case KvEventType::kTierChanged:
+      if (e.previous_tier == KvTier::kHost) s.host = false;
+      if (e.previous_tier == KvTier::kDisk) s.disk = false;
+      if (e.tier == KvTier::kHost) s.host = true;
+      if (e.tier == KvTier::kDisk) s.disk = true;
+      break;
+  }
+}
+
+std::size_t Holdings::size() const {
+  std::lock_guard lock(mu_);
+  return held_.size();
 }
 
 std::vector<HoldingUpdate> Holdings::All() const {

@@ -68,22 +68,36 @@ class DirectoryShard {
   std::unordered_map<ContentId, std::map<std::string, HolderTier>, ContentIdHash> entries_;
 };
 
-// What this node holds, fed by its own KV events: per content id its blocks in the primary pools
-// and whether the host or disk tier has a copy. Apply returns the ids whose best tier changed (the
-// updates to send to their homes).
+// What this node holds, fed by its own KV events: per content id which primary pools hold its
+// block and whether the host or disk tier has a copy. Apply returns the ids whose best tier
+// changed (the updates to send to their homes).
+//
+// Every event sets a state (kStored: pool p holds the block; kRemoved: it does not; kTierChanged:
+// the copy left previous_tier and is in tier), so applying an event twice changes nothing. That is
+// what makes a resynchronisation exact: Replace(snapshot) installs what the node holds, and the
+// events polled afterwards (some already reflected in the snapshot) are applied on top.
 class Holdings {
  public:
   std::vector<HoldingUpdate> Apply(const std::vector<KvEvent>& events);
+  // Discards the state and installs `snapshot` (kStored for each pool block, kTierChanged into
+  // kHost or kDisk for each tier copy). Returns the ids whose best tier differs from before,
+  // removals included (an id held before and absent from the snapshot).
+  std::vector<HoldingUpdate> Replace(const std::vector<KvEvent>& snapshot);
   // Every held id with its best tier (a re-publish after a membership change).
   [[nodiscard]] std::vector<HoldingUpdate> All() const;
+  [[nodiscard]] std::size_t size() const;  // held ids
+
+  // Pools 0..62 have a bit each; pools from 63 on share the last one (no model has that many).
+  static constexpr int kTrackedPools = 64;
 
  private:
   struct State {
-    std::int32_t primary_blocks = 0;
+    std::uint64_t primary_pools = 0;  // bit p: pool p holds the block
     bool host = false;
     bool disk = false;
   };
   static std::optional<HolderTier> Best(const State& s);
+  static void ApplyOne(const KvEvent& e, State& s);
   mutable std::mutex mu_;
   std::unordered_map<ContentId, State, ContentIdHash> held_;  // guarded by mu_
 };

@@ -14,6 +14,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "node/flush.h"
+#include "node/holdings_snapshot.h"
 #include "node/secret.h"
 #include "pool/block_manager_plan.h"
 #include "pool/hf_config.h"
@@ -277,10 +278,12 @@ Status Node::StartPeers() {
 Status Node::CreateDirectory(const std::string& secret) {
   const ClusterSection& c = config_.cluster;
   BlockManager* manager = &cache_->manager();
+  TieredCache* cache = cache_.get();
   directory_ = std::make_unique<PrefixDirectory>(
       c.directory, peers_.get(),
       [manager](std::uint64_t from, std::size_t max) { return manager->PollEvents(from, max); },
-      MakePeerDirectoryTransport(description_.node_id, secret));
+      MakePeerDirectoryTransport(description_.node_id, secret),
+      [cache] { return HoldingsSnapshot(*cache); });
   cluster_ = std::make_unique<ClusterService>(directory_.get(), peers_.get(), cache_.get());
   return Status::Ok();
 }
@@ -346,6 +349,7 @@ void Node::StartServices() {
   metrics_->registry().RemoveCollector(node_collector_);
   sources_.cache = cache_.get();
   sources_.pools = &pools_;
+  sources_.directory = directory_.get();
   node_collector_ = metrics_->registry().AddCollector(
       [this](std::vector<metrics::FamilySnapshot>* out) { CollectNodeMetrics(sources_, out); });
   server_->Serve(service_.get());

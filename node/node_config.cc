@@ -311,6 +311,11 @@ Problem CheckCluster(const NodeConfig& config) {
     return At("cluster.directory.max_batch_events",
               StrCat(d.max_batch_events, " is not in 1..1048576"));
   }
+  if (d.resync_interval.count() != 0 &&
+      (d.resync_interval.count() < 100 || d.resync_interval.count() > 3600 * 1000)) {
+    return At("cluster.directory.resync_interval",
+              StrCat(d.resync_interval.count(), "ms is not 0 (off) or in 100ms..1h"));
+  }
   return std::nullopt;
 }
 

@@ -23,7 +23,8 @@
 //   peer         enabled, fetch_deadline, staging_size, ucx_tls, ucx_net_devices
 //   logging      level, format
 //   cluster      advertise, membership, peers, etcd (endpoints, lease_ttl_s, prefix,
-//                poll_interval), directory (batch_ms, lookup_timeout, max_batch_events)
+//                poll_interval), directory (batch_ms, lookup_timeout, max_batch_events,
+//                resync_interval)
 //
 // Errors (ParseNodeConfig / LoadNodeConfig): kInvalidArgument whose message names the source, the
 // key as a dotted path and its line, e.g.
@@ -177,6 +178,9 @@ struct DirectorySection {
   std::int32_t batch_ms = 100;  // KV events are sent to their home nodes at least this often
   std::chrono::milliseconds lookup_timeout{500};  // Locate's default deadline per home node
   std::int32_t max_batch_events = 4096;           // events per update message at most
+  // How often the holdings are rebuilt from what the pools and tiers hold (host and disk copies
+  // enter the directory this way; also after lost KV events); 0: only after lost events.
+  std::chrono::milliseconds resync_interval{10000};
   friend bool operator==(const DirectorySection&, const DirectorySection&) = default;
 };
 

@@ -486,6 +486,10 @@ const Field kDirectoryFields[] = {
      [](const Value& v, NodeConfig& c) {
        return ReadInt(v, &c.cluster.directory.max_batch_events);
      }},
+    {"resync_interval",
+     [](const Value& v, NodeConfig& c) {
+       return ReadDuration(v, &c.cluster.directory.resync_interval);
+     }},
 };
 
 // A name with a dot is a map inside the section before its last dot ("cluster.etcd").

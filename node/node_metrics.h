@@ -9,9 +9,9 @@
 //                                             (EngineReport: kvmesh-synth after each request)
 //   kvmesh_operator_evicted_blocks_total, kvmesh_operator_flushed_blocks_total
 // Computed at scrape time (AddNodeCollector, node_metrics_collect.cc) from the statistics the
-// block manager, the tiered cache and the control server keep anyway: pool occupancy by state and
-// by priority, hits per tier, evictions, copy traffic, tier occupancy, connections, in flight,
-// process memory.
+// block manager, the tiered cache, the control server and the cluster directory keep anyway: pool
+// occupancy by state and by priority, hits per tier, evictions, copy traffic, tier occupancy,
+// connections, in flight, directory updates, lost events and resyncs, process memory.
 //
 // The same histograms feed kvctl stats (FillStats: bucket counts travel, percentiles are computed
 // by kvctl).
@@ -30,6 +30,7 @@
 #include "node/metrics.h"
 #include "node/metrics_http.h"
 #include "node/node_pools.h"
+#include "node/prefix_directory.h"
 #include "node/proto/kvmesh_rpc.pb.h"
 #include "store/offload_engine.h"
 #include "store/tiered_cache.h"
@@ -85,11 +86,13 @@ struct NodeMetricSources {
   TieredCache* cache = nullptr;
   const NodePools* pools = nullptr;
   const ControlServer* server = nullptr;
+  const PrefixDirectory* directory = nullptr;  // null: not in a cluster
   std::chrono::steady_clock::time_point started;
   std::function<Readiness()> readiness;
 };
 
-// The node's scrape-time families: pools, hits, tiers, copies, control plane, process.
+// The node's scrape-time families: pools, hits, tiers, copies, control plane, cluster directory,
+// process.
 void CollectNodeMetrics(const NodeMetricSources& sources,
                         std::vector<metrics::FamilySnapshot>* out);
 // process_resident_memory_bytes, process_virtual_memory_bytes, process_open_fds,

@@ -109,6 +109,31 @@ void CollectPools(const BlockManagerStats& ms, const NodePools& pools, Families&
         static_cast<double>(ms.events_overwritten));
 }
 
+void CollectDirectory(const DirectoryStats& d, Families& f) {
+  f.One("kvmesh_directory_held_ids", "Content ids this node holds, as its directory holdings say.",
+        MetricType::kGauge, static_cast<double>(d.held_ids));
+  f.One("kvmesh_directory_shard_ids", "Content ids homed at this node that have a holder.",
+        MetricType::kGauge, static_cast<double>(d.shard_ids));
+  f.One("kvmesh_directory_updates_sent_total", "Directory entries sent to their home nodes.",
+        MetricType::kCounter, static_cast<double>(d.updates_sent));
+  f.One("kvmesh_directory_updates_received_total", "Directory entries applied from peers.",
+        MetricType::kCounter, static_cast<double>(d.updates_received));
+  f.One("kvmesh_directory_send_failures_total",
+        "Update messages a home did not acknowledge (their entries stay queued).",
+        MetricType::kCounter, static_cast<double>(d.send_failures));
+  f.One("kvmesh_directory_republished_total",
+        "Entries re-sent because their home moved (membership changes).", MetricType::kCounter,
+        static_cast<double>(d.republished));
+  f.One("kvmesh_directory_events_lost_total",
+        "KV events the directory's publisher lost to a full event ring.", MetricType::kCounter,
+        static_cast<double>(d.events_lost));
+  FamilySnapshot& resyncs = f.Add(
+      "kvmesh_directory_resyncs_total",
+      "Holdings rebuilt from a snapshot of the pools and tiers, by cause.", MetricType::kCounter);
+  Put(resyncs, {{"cause", "lost_events"}}, static_cast<double>(d.resyncs_after_loss));
+  Put(resyncs, {{"cause", "periodic"}}, static_cast<double>(d.resyncs - d.resyncs_after_loss));
+}
+
 void CollectHits(const TieredCacheStats& ts, Families& f) {
   f.One("kvmesh_admissions_total", "Admitted requests.", MetricType::kCounter,
         static_cast<double>(ts.admissions));
@@ -249,6 +274,7 @@ void CollectNodeMetrics(const NodeMetricSources& s, std::vector<FamilySnapshot>*
     CollectTiers(ts.offload, f);
   }
   if (s.server != nullptr) CollectControl(*s.server, f);
+  if (s.directory != nullptr) CollectDirectory(s.directory->stats(), f);
 }
 
 void CollectProcessMetrics(std::vector<FamilySnapshot>* out) {

@@ -107,12 +107,14 @@ std::unique_ptr<DirectoryTransport> MakePeerDirectoryTransport(std::string self_
 }
 
 PrefixDirectory::PrefixDirectory(DirectorySection config, PeerTable* peers, EventSource events,
-                                 std::unique_ptr<DirectoryTransport> transport)
+                                 std::unique_ptr<DirectoryTransport> transport,
+                                 SnapshotSource snapshot)
     : config_(config),
       peers_(peers),
       self_(peers->self_id()),
       events_(std::move(events)),
       transport_(std::move(transport)),
+      snapshot_(std::move(snapshot)),
       ring_(std::vector<std::string>{peers->self_id()}) {
   peers_->Subscribe([this](const std::vector<PeerInfo>& members) { OnMembers(members); });
   OnMembers(peers_->Snapshot());
@@ -161,6 +163,7 @@ void PrefixDirectory::Run() {
 
 void PrefixDirectory::Round() {
   PollEvents();
+  ResyncIfDue();
   ApplyMembershipChange();
   SendPending();
 }
@@ -172,13 +175,43 @@ void PrefixDirectory::PollEvents() {
     if (batch.lost) {
       const std::uint64_t n = batch.lost->last - batch.lost->first + 1;
       events_lost_.fetch_add(static_cast<std::int64_t>(n));
-      KVMESH_LOG_WARN("directory kv events lost first {} last {}", batch.lost->first,
-                      batch.lost->last);
+      events_were_lost_ = true;
+      KVMESH_LOG_WARN("directory kv events lost first {} last {} resync {}", batch.lost->first,
+                      batch.lost->last, snapshot_ ? "next" : "off");
     }
     next_seq_ = batch.next_seq;
     for (HoldingUpdate& u : holdings_.Apply(batch.events)) pending_[u.id] = u;
     if (batch.events.size() < max) return;
   }
+}
+
+// After PollEvents caught up with the ring: the snapshot reflects at least every event polled so
+// far, and the events polled from next_seq_ on are applied on top of it (idempotently: some of
+// them may already be in it).
+void PrefixDirectory::ResyncIfDue() {
+  if (!snapshot_) return;
+  const auto now = std::chrono::steady_clock::now();
+  // The first round too: a node restarted on a disk tier holds blocks no event announced.
+  const bool periodic = !resynced_ || (config_.resync_interval.count() > 0 &&
+                                       now - last_resync_ >= config_.resync_interval);
+  if (!events_were_lost_ && !periodic) return;
+  const std::vector<KvEvent> snapshot = snapshot_();
+  std::int64_t changed = 0;
+  for (HoldingUpdate& u : holdings_.Replace(snapshot)) {
+    pending_[u.id] = u;
+    ++changed;
+  }
+  resyncs_.fetch_add(1);
+  if (events_were_lost_) {
+    resyncs_after_loss_.fetch_add(1);
+    KVMESH_LOG_INFO("directory resync after lost events copies {} changed {}", snapshot.size(),
+                    changed);
+  } else {
+    KVMESH_LOG_DEBUG("directory resync copies {} changed {}", snapshot.size(), changed);
+  }
+  events_were_lost_ = false;
+  resynced_ = true;
+  last_resync_ = now;
 }
 
 void PrefixDirectory::ApplyMembershipChange() {
@@ -373,12 +406,14 @@ Result<std::vector<std::vector<BlockHolder>>> PrefixDirectory::Locate(
 DirectoryStats PrefixDirectory::stats() const {
   DirectoryStats s;
   s.shard_ids = static_cast<std::int64_t>(shard_.size());
-  s.held_ids = static_cast<std::int64_t>(holdings_.All().size());
+  s.held_ids = static_cast<std::int64_t>(holdings_.size());
   s.updates_sent = updates_sent_.load();
   s.updates_received = updates_received_.load();
   s.republished = republished_.load();
   s.send_failures = send_failures_.load();
   s.events_lost = events_lost_.load();
+  s.resyncs = resyncs_.load();
+  s.resyncs_after_loss = resyncs_after_loss_.load();
   return s;
 }
 

@@ -16,10 +16,19 @@
 //              longer homed at it.
 //   locate     Locate(ids) asks the homes of those ids (one DirectoryLocate per home, in
 //              parallel, each within the timeout) and returns their holders (this node left out).
+//   resync     the holdings are rebuilt from a snapshot of what this node holds — every cached
+//              pool block and every id its host and disk tiers hold (SnapshotSource) — in the
+//              first round, every cluster.directory.resync_interval, and in the round after KV
+//              events were lost to a full event ring (once the ring is caught up); the
+//              differences go to the homes like any change. The tiers report no events, so a host
+//              or disk copy enters the directory (and one that left it, leaves it) at the next
+//              resync: a copy's entry is stale by up to resync_interval, a pool block's by up to
+//              batch_ms.
 //
-// An answer is a belief (prefix_locator.h): stale by up to a batch interval, and an entry of a
-// holder that died stays until membership drops it. KV events lost to a full event ring are
-// logged (the holdings may then miss ids until they are stored again).
+// An answer is a belief (prefix_locator.h): stale by up to a batch interval (a tier copy: up to a
+// resync interval), and an entry of a holder that died stays until membership drops it. Without a
+// SnapshotSource, KV events lost to a full event ring are only logged and counted (the holdings
+// may then miss ids until they are stored again).
 //
 // DirectoryTransport carries the two messages to a home; MakePeerDirectoryTransport uses the
 // authenticated control plane (role PEER, one cached connection per peer); tests may wire
@@ -71,6 +80,8 @@ struct DirectoryStats {
   std::int64_t republished = 0;       // entries re-sent because their home moved
   std::int64_t send_failures = 0;
   std::int64_t events_lost = 0;
+  std::int64_t resyncs = 0;             // holdings rebuilt from a snapshot
+  std::int64_t resyncs_after_loss = 0;  // of those, because KV events were lost
 };
 
 // The holders of one id, this node included (for ClusterLookup).
@@ -85,10 +96,14 @@ class PrefixDirectory final : public PrefixLocator {
  public:
   // This node's KV events from `from_seq`, at most `max` (BlockManager::PollEvents).
   using EventSource = std::function<KvEventBatch(std::uint64_t from_seq, std::size_t max)>;
+  // What this node holds now, as events that set it (Holdings::Replace): kStored per cached pool
+  // block, kTierChanged into kHost / kDisk per tier copy. Called on the publisher thread only.
+  using SnapshotSource = std::function<std::vector<KvEvent>()>;
 
-  // REQUIRES: `peers` outlives the directory. Starts the publisher thread.
+  // REQUIRES: `peers` outlives the directory. Starts the publisher thread. An empty `snapshot`:
+  // no resynchronisation.
   PrefixDirectory(DirectorySection config, PeerTable* peers, EventSource events,
-                  std::unique_ptr<DirectoryTransport> transport);
+                  std::unique_ptr<DirectoryTransport> transport, SnapshotSource snapshot = {});
   ~PrefixDirectory() override;
   PrefixDirectory(const PrefixDirectory&) = delete;
   PrefixDirectory& operator=(const PrefixDirectory&) = delete;
@@ -117,6 +132,7 @@ class PrefixDirectory final : public PrefixLocator {
   void Run();
   void Round();
   void PollEvents();
+  void ResyncIfDue();
   void ApplyMembershipChange();
   void SendPending();
 
@@ -125,6 +141,7 @@ class PrefixDirectory final : public PrefixLocator {
   const std::string self_;
   EventSource events_;
   std::unique_ptr<DirectoryTransport> transport_;
+  SnapshotSource snapshot_;
 
   DirectoryShard shard_;
   Holdings holdings_;
@@ -138,12 +155,15 @@ class PrefixDirectory final : public PrefixLocator {
 
   // Publisher thread only.
   std::uint64_t next_seq_ = 1;
+  bool events_were_lost_ = false;  // since the last resync
+  bool resynced_ = false;
+  std::chrono::steady_clock::time_point last_resync_;
   std::map<std::string, std::uint64_t> incarnations_;
   // Changes not yet acknowledged by their home, latest state per id.
   std::map<ContentId, HoldingUpdate> pending_;
 
   std::atomic<std::int64_t> updates_sent_{0}, updates_received_{0}, republished_{0},
-      send_failures_{0}, events_lost_{0};
+      send_failures_{0}, events_lost_{0}, resyncs_{0}, resyncs_after_loss_{0};
   std::thread thread_;
 };
 

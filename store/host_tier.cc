@@ -433,6 +433,18 @@ bool HostTier::Contains(TierPoolId pool, const ContentId& id) {
   return it != (*shard)->index.end() && (*shard)->slots[it->second].state == SlotState::kReady;
 }
 
+std::vector<ContentId> HostTier::ReadyIds(TierPoolId pool) {
+  std::vector<ContentId> out;
+  auto shard = FindShard(pool, kTierDefaultPriority);
+  if (!shard.ok()) return out;
+  MutexLock lock(&(*shard)->mu);
+  out.reserve((*shard)->index.size());
+  for (const auto& [id, slot] : (*shard)->index) {
+    if ((*shard)->slots[slot].state == SlotState::kReady) out.push_back(id);
+  }
+  return out;
+}
+
 Status HostTier::Erase(TierPoolId pool, const ContentId& id) {
   KVMESH_ASSIGN_OR_RETURN(Shard * shard, FindShard(pool, kTierDefaultPriority));
   MutexLock lock(&shard->mu);

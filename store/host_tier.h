@@ -112,6 +112,7 @@ class HostTier final : public BlockTier {
                        std::int64_t block) override;
   bool Contains(TierPoolId pool, const ContentId& id) override;
   Status Erase(TierPoolId pool, const ContentId& id) override;
+  std::vector<ContentId> ReadyIds(TierPoolId pool) override;
   TierStats stats() const override;
 
   // Whether the memory is CUDA pinned memory.

@@ -458,6 +458,16 @@ bool RocksDbTier::Contains(TierPoolId pool, const ContentId& id) {
   return it != index_.end() && it->second.state == EntryState::kReady;
 }
 
+std::vector<ContentId> RocksDbTier::ReadyIds(TierPoolId pool) {
+  std::vector<ContentId> out;
+  if (disabled()) return out;
+  MutexLock lock(&mu_);
+  for (const auto& [key, entry] : index_) {
+    if (key.pool == pool && entry.state == EntryState::kReady) out.push_back(key.id);
+  }
+  return out;
+}
+
 Status RocksDbTier::Erase(TierPoolId pool, const ContentId& id) {
   KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, kTierDefaultPriority));
   {

@@ -197,6 +197,7 @@ class RocksDbTier final : public BlockTier {
                        std::int64_t block) override;
   bool Contains(TierPoolId pool, const ContentId& id) override;
   Status Erase(TierPoolId pool, const ContentId& id) override;
+  std::vector<ContentId> ReadyIds(TierPoolId pool) override;
   TierStats stats() const override;
 
   // The verified bundle of a block (e.g. to move it into the host tier). Errors as Get.

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/content_id.h"
 #include "common/status.h"
@@ -175,6 +176,11 @@ class BlockTier {
 
   // Removes the block. kNotFound when it was not held.
   [[nodiscard]] virtual Status Erase(TierPoolId pool, const ContentId& id) = 0;
+
+  // The ids of the complete blocks of `pool` held now (blocks being written are not listed), in no
+  // order; nothing is read or verified and no block's use order changes (the cluster directory's
+  // resynchronisation, node/prefix_directory.h). Empty for an unknown pool.
+  [[nodiscard]] virtual std::vector<ContentId> ReadyIds(TierPoolId pool) = 0;
 
   [[nodiscard]] virtual TierStats stats() const = 0;
 };

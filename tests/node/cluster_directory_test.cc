@@ -1,6 +1,7 @@
-// Three kvnode processes on loopback with a real etcd (skipped without etcd): a prefix stored on A
-// is located from C through the partitioned directory; A's eviction reaches the directory within
-// the batch bound; A leaving removes its entries.
+// kvnode processes on loopback with a real etcd (skipped without etcd). Three: a prefix stored on
+// A is located from C through the partitioned directory; A's eviction reaches the directory within
+// the batch bound; A leaving removes its entries. Two: host-tier copies reach the directory
+// through the holdings' resync.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -21,15 +22,16 @@ using node_test::ScratchDir;
 constexpr int kBatchMs = 50;
 constexpr std::int64_t kT = 16;  // tokens per block of TestConfig
 
+// By default no host or disk tier: an evicted block is gone from the node entirely.
 std::string ClusterConfig(const std::filesystem::path& dir, const std::string& id,
-                          const std::string& etcd) {
-  // No host or disk tier: an evicted block is gone from the node entirely.
+                          const std::string& etcd, const std::string& host_cache = "",
+                          const std::string& directory_extra = "") {
   std::string y = node_test::TestConfig(
-      dir, 4096, "", "",
+      dir, 4096, host_cache, "",
       StrCat("cluster:\n  membership: etcd\n  etcd:\n    endpoints: [\"", etcd,
              "\"]\n    lease_ttl_s: 2\n    prefix: /kvmesh-test/\n    poll_interval: 100ms\n"
              "  directory:\n    batch_ms: ",
-             kBatchMs, "\n"));
+             kBatchMs, "\n", directory_extra));
   const std::string from = "node_id: test-node";
   y.replace(y.find(from), from.size(), "node_id: " + id);
   return y;
@@ -156,6 +158,70 @@ TEST(ClusterDirectoryTest, StoredOnALocatedFromCEvictionAndLeaveReachTheDirector
       },
       10s);
   EXPECT_TRUE(left.has_value()) << nodes["c"]->process().Stderr();
+}
+
+// Tier copies reach the directory through the holdings' resync (no KV event announces them): A
+// has a host tier; its blocks, evicted from the pool into it, are listed from C as A's host-tier
+// prefix within a resync interval.
+TEST(ClusterDirectoryTest, HostTierCopiesReachTheDirectoryThroughTheResync) {
+  if (node_test::EtcdBinary().empty()) GTEST_SKIP() << node_test::kEtcdMissing;
+  ScratchDir dir;
+  auto etcd = EtcdProcess::Start(dir.path() / "etcd");
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  constexpr int kResyncMs = 200;
+  std::map<std::string, std::unique_ptr<KvnodeProcess>> nodes;
+  for (const std::string id : {"a", "c"}) {
+    std::filesystem::create_directories(dir.path() / id);
+    auto n = KvnodeProcess::Start(
+        dir.path() / id, ClusterConfig(dir.path() / id, id, (*etcd)->endpoint(), "16MiB",
+                                       StrCat("    resync_interval: ", kResyncMs, "ms\n")));
+    ASSERT_TRUE(n.ok()) << n.status();
+    nodes[id] = std::move(n).value();
+  }
+  auto a = nodes["a"]->Connect("engine-a");
+  auto c = nodes["c"]->Connect("router-c");
+  auto op = nodes["a"]->Connect("kvctl");
+  ASSERT_TRUE(a.ok() && c.ok() && op.ok());
+  const std::vector<Token> p = Prompt(12, 5000);
+  ASSERT_TRUE((*a)->Admit(1, p).ok());
+  ASSERT_TRUE((*a)->StoreFullBlocks(1).ok());
+  ASSERT_TRUE((*a)->Release(1).ok());
+  ASSERT_TRUE(Until(
+                  **c, p,
+                  [](const rpc::ClusterLookupResponse& r) {
+                    return r.members() == 2 && PrefixOf(r, "a") == 12 * kT;
+                  },
+                  10s)
+                  .has_value())
+      << nodes["c"]->process().Stderr();
+  rpc::Request evict;
+  evict.mutable_evict()->set_below_priority(101);
+  Result<rpc::Response> evicted = (*op)->Call(std::move(evict));
+  ASSERT_TRUE(evicted.ok()) << evicted.status();
+  EXPECT_GE(evicted->evict().evicted(), 12);
+  // Out of A's pool, into its host tier: listed from C as A's host-tier prefix, none in the pool.
+  const auto in_host = Until(
+      **c, p,
+      [](const rpc::ClusterLookupResponse& r) {
+        return r.nodes_size() == 1 && r.nodes(0).node_id() == "a" &&
+               r.nodes(0).host_tokens() == 12 * kT && r.nodes(0).pool_tokens() == 0;
+      },
+      10s);
+  ASSERT_TRUE(in_host.has_value()) << nodes["a"]->process().Stderr();
+  std::printf("host-tier copies in the directory after eviction: %lld ms (resync_interval %d)\n",
+              static_cast<long long>(in_host->count()), kResyncMs);
+  EXPECT_EQ(ClusterLookup(**c, p)->recommended(), "a");
+  // What an operator sees of it on A's /metrics.
+  const std::string& address = nodes["a"]->metrics_address();
+  const auto body =
+      node_test::HttpGet(std::stoi(address.substr(address.rfind(':') + 1)), "/metrics");
+  ASSERT_TRUE(body.has_value());
+  EXPECT_EQ(node_test::MetricValue(*body, "kvmesh_directory_held_ids"), 12);
+  EXPECT_GE(node_test::MetricValue(*body, "kvmesh_directory_resyncs_total{cause=\"periodic\"}")
+                .value_or(0),
+            1);
+  EXPECT_EQ(node_test::MetricValue(*body, "kvmesh_directory_resyncs_total{cause=\"lost_events\"}"),
+            0);
 }
 
 }  // namespace

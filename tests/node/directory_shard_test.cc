@@ -145,5 +145,50 @@ TEST(HoldingsTest, ReportsOnlyChangesOfTheBestTier) {
       h.Apply({Event(KvEventType::kStored, Id(2)), Event(KvEventType::kRemoved, Id(2))}).empty());
 }
 
+KvEvent InPool(KvEventType type, const ContentId& id, int pool) {
+  KvEvent e = Event(type, id, type == KvEventType::kStored ? KvTier::kPrimary : KvTier::kNone);
+  e.pool = PoolId{pool};
+  return e;
+}
+
+TEST(HoldingsTest, AnEventAppliedTwiceChangesNothing) {
+  Holdings h;
+  const std::vector<KvEvent> stored = {InPool(KvEventType::kStored, Id(1), 0),
+                                       InPool(KvEventType::kStored, Id(1), 1)};
+  EXPECT_EQ(h.Apply(stored).size(), 1u);
+  EXPECT_TRUE(h.Apply(stored).empty());  // seen again (after a resync): still held, no update
+  // One removal per pool empties it, however often the stores were seen.
+  EXPECT_TRUE(h.Apply({InPool(KvEventType::kRemoved, Id(1), 0)}).empty());  // pool 1 still has it
+  const std::vector<HoldingUpdate> u = h.Apply({InPool(KvEventType::kRemoved, Id(1), 1)});
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_TRUE(u[0].removed);
+  EXPECT_TRUE(h.Apply({InPool(KvEventType::kRemoved, Id(1), 1)}).empty());
+  EXPECT_TRUE(h.All().empty());
+}
+
+TEST(HoldingsTest, ReplaceReportsWhatTheSnapshotChanged) {
+  Holdings h;
+  h.Apply({InPool(KvEventType::kStored, Id(1), 0), InPool(KvEventType::kStored, Id(2), 0),
+           InPool(KvEventType::kStored, Id(3), 0)});
+  // Id 1 is gone, id 2 only has a host copy now, id 3 is unchanged, id 4 was never announced.
+  const std::vector<HoldingUpdate> u =
+      h.Replace({Event(KvEventType::kTierChanged, Id(2), KvTier::kHost),
+                 InPool(KvEventType::kStored, Id(3), 0),
+                 Event(KvEventType::kTierChanged, Id(4), KvTier::kDisk)});
+  std::map<ContentId, HoldingUpdate> by_id;
+  for (const HoldingUpdate& x : u) by_id[x.id] = x;
+  ASSERT_EQ(by_id.size(), 3u);
+  EXPECT_TRUE(by_id[Id(1)].removed);
+  EXPECT_FALSE(by_id[Id(2)].removed);
+  EXPECT_EQ(by_id[Id(2)].tier, HolderTier::kHost);
+  EXPECT_EQ(by_id[Id(4)].tier, HolderTier::kDisk);
+  EXPECT_FALSE(by_id.contains(Id(3)));
+  EXPECT_EQ(h.All().size(), 3u);
+  // The events after the snapshot apply on top; one that the snapshot already had is a no-op.
+  EXPECT_TRUE(h.Apply({InPool(KvEventType::kStored, Id(3), 0)}).empty());
+  EXPECT_TRUE(h.Replace({}).size() == 3u);
+  EXPECT_TRUE(h.All().empty());
+}
+
 }  // namespace
 }  // namespace kvmesh

@@ -72,6 +72,9 @@ TEST(NodeConfigClusterTest, ErrorsNameTheKeyAndItsLine) {
             "other over TCP");
   EXPECT_EQ(ParseError("cluster:\n  directory:\n    batch_ms: 0\n"),
             "kvnode.yaml:3: cluster.directory.batch_ms: 0 is not in 1..60000");
+  EXPECT_EQ(ParseError("cluster:\n  directory:\n    resync_interval: 50ms\n"),
+            "kvnode.yaml:3: cluster.directory.resync_interval: 50ms is not 0 (off) or in "
+            "100ms..1h");
   EXPECT_EQ(ParseError("cluster:\n  etcd:\n    prefix: /x\n"),
             "kvnode.yaml:3: cluster.etcd.prefix: '/x' must end with '/'");
   EXPECT_EQ(ParseError("cluster:\n  etcd: 3\n"),

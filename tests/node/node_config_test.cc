@@ -128,6 +128,7 @@ cluster:
     batch_ms: 20
     lookup_timeout: 1s
     max_batch_events: 100
+    resync_interval: 2s
 )";
 
 NodeConfig EveryKeyExpected() {
@@ -176,7 +177,7 @@ NodeConfig EveryKeyExpected() {
   cl.membership = MembershipKind::kStatic;
   cl.peers = {{"b", "10.0.0.2:7420"}};
   cl.etcd = {{"10.0.0.9:2379"}, 4, "/x/", std::chrono::milliseconds(200)};
-  cl.directory = {20, std::chrono::milliseconds(1000), 100};
+  cl.directory = {20, std::chrono::milliseconds(1000), 100, std::chrono::milliseconds(2000)};
   return e;
 }
 
@@ -248,6 +249,7 @@ TEST(NodeConfigTest, EveryKeySetToANonDefaultValueIsRead) {
   EXPECT_NE(expected.cluster.directory.batch_ms, d.cluster.directory.batch_ms);
   EXPECT_NE(expected.cluster.directory.lookup_timeout, d.cluster.directory.lookup_timeout);
   EXPECT_NE(expected.cluster.directory.max_batch_events, d.cluster.directory.max_batch_events);
+  EXPECT_NE(expected.cluster.directory.resync_interval, d.cluster.directory.resync_interval);
 }
 
 TEST(NodeConfigTest, TheOtherScaleAndSecretSources) {

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -211,6 +214,40 @@ ScratchDir::ScratchDir() {
 ScratchDir::~ScratchDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
+}
+
+std::optional<std::string> HttpGet(int port, const std::string& target) {
+  namespace http = boost::beast::http;
+  try {
+    boost::asio::io_context io;
+    boost::beast::tcp_stream stream(io);
+    stream.expires_after(std::chrono::seconds(5));
+    stream.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"),
+                                                  static_cast<unsigned short>(port)));
+    http::request<http::empty_body> req(http::verb::get, target, 11);
+    req.set(http::field::host, "127.0.0.1");
+    http::write(stream, req);
+    boost::beast::flat_buffer buffer;
+    http::response<http::string_body> res;
+    http::read(stream, buffer, res);
+    boost::beast::error_code ec;
+    stream.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
+    if (res.result() != http::status::ok) return std::nullopt;
+    return res.body();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<double> MetricValue(const std::string& exposition, const std::string& series) {
+  std::istringstream lines(exposition);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 &&
+        line[series.size()] == ' ') {
+      return std::stod(line.substr(series.size() + 1));
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace kvmesh::node_test

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,15 @@ std::string KvnodePath();
 std::string SynthPath();
 
 // A fresh directory named after the running test, removed with the object.
+// GET http://127.0.0.1:port/target: the body; nullopt when the server does not answer 200 within
+// 5 s.
+std::optional<std::string> HttpGet(int port, const std::string& target);
+
+// The value of the sample `series` (name and labels exactly as written, e.g.
+// `kvmesh_directory_resyncs_total{cause="periodic"}`) in a Prometheus text exposition; nullopt
+// when it is not there.
+std::optional<double> MetricValue(const std::string& exposition, const std::string& series);
+
 class ScratchDir {
  public:
   ScratchDir();

@@ -13,10 +13,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <cctype>
 #include <csignal>
 #include <cstdlib>
@@ -36,7 +32,6 @@ namespace kvmesh::node_test {
 namespace {
 
 using Json = nlohmann::json;
-namespace http = boost::beast::http;
 using Steady = std::chrono::steady_clock;
 
 std::string PrometheusPath() {
@@ -79,32 +74,9 @@ std::string UrlEncode(const std::string& s) {
   return out;
 }
 
-// GET http://127.0.0.1:port/target; nullopt when the server does not answer 200.
-std::optional<std::string> HttpGet(int port, const std::string& target) {
-  try {
-    boost::asio::io_context io;
-    boost::beast::tcp_stream stream(io);
-    stream.expires_after(std::chrono::seconds(5));
-    stream.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"),
-                                                  static_cast<unsigned short>(port)));
-    http::request<http::empty_body> req(http::verb::get, target, 11);
-    req.set(http::field::host, "127.0.0.1");
-    http::write(stream, req);
-    boost::beast::flat_buffer buffer;
-    http::response<http::string_body> res;
-    http::read(stream, buffer, res);
-    boost::beast::error_code ec;
-    stream.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
-    if (res.result() != http::status::ok) return std::nullopt;
-    return res.body();
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
 // A Prometheus API call: the `data` of a successful answer, or a string saying what went wrong.
 Json Api(int port, const std::string& path, const std::string& param, const std::string& value) {
-  const auto body = HttpGet(port, StrCat(path, "?", param, "=", UrlEncode(value)));
+  const auto body = node_test::HttpGet(port, StrCat(path, "?", param, "=", UrlEncode(value)));
   if (!body) return Json("no answer");
   const Json j = Json::parse(*body, nullptr, false);
   if (j.is_discarded() || j.value("status", "") != "success") return Json(*body);

@@ -130,6 +130,14 @@ TEST(HostTier, EvictsLowestPriorityThenLeastRecentlyUsed) {
   EXPECT_EQ(victims[3], IdFor(4));
   for (int i : {3, 5, 6, 7}) EXPECT_TRUE(tier->Contains(kPool, IdFor(i))) << i;
   for (int i : {0, 1, 2, 4}) EXPECT_FALSE(tier->Contains(kPool, IdFor(i))) << i;
+  // Listing the ids (the directory's resync) names exactly the held blocks and uses none: the
+  // eviction order below is the same as without it.
+  std::vector<ContentId> ids = tier->ReadyIds(kPool);
+  std::sort(ids.begin(), ids.end());
+  std::vector<ContentId> held = {IdFor(3), IdFor(5), IdFor(6), IdFor(7)};
+  std::sort(held.begin(), held.end());
+  EXPECT_EQ(ids, held);
+  EXPECT_TRUE(tier->ReadyIds(TierPoolId{kPool.value + 7}).empty());
   // A put of a held block raises its priority: 5 at 90 outlives 6 at 35.
   put(5, 90);
   put(8, 35);  // evicts 6

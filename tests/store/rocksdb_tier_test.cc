@@ -95,6 +95,16 @@ TEST(RocksDbTier, WarmRestartFindsBlocksAgain) {
   auto tier = OpenTier(o);
   EXPECT_EQ(tier->stats().entries, 19);
   EXPECT_EQ(tier->stats().used_bytes, used);
+  // The ids held, as the directory's resync lists them: every block but the erased one.
+  std::vector<ContentId> ids = tier->ReadyIds(kPool);
+  std::sort(ids.begin(), ids.end());
+  std::vector<ContentId> expected;
+  for (int b = 0; b < 20; ++b) {
+    if (b != 3) expected.push_back(IdFor(b));
+  }
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(ids, expected);
+  EXPECT_TRUE(tier->ReadyIds(TierPoolId{kPool.value + 7}).empty());
   for (int b = 0; b < 20; ++b) {
     if (b == 3) {
       EXPECT_FALSE(tier->Contains(kPool, IdFor(b)));
