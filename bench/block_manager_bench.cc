@@ -61,6 +61,7 @@
 #include "pool/block_manager.h"
 #include "pool/trace.h"
 #include "pool/trace_replay.h"
+#include "tests/common/mooncake_trace_path.h"
 
 namespace kvmesh {
 namespace {
@@ -181,13 +182,6 @@ BENCHMARK_CAPTURE(AllocRelease, learned, EvictionPolicyKind::kLearned)
 BENCHMARK(AllocatorPair)->Name("allocator_pair");
 
 // ---- replay of the Mooncake trace
-
-std::string MooncakeTracePath() {
-  if (const char* env = std::getenv("KVMESH_MOONCAKE_TRACE"); env != nullptr && *env != '\0') {
-    return env;
-  }
-  return KVMESH_MOONCAKE_TRACE_DEFAULT;
-}
 
 struct ReplayFigure {
   double hit_rate = 0;

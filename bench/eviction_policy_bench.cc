@@ -42,6 +42,7 @@
 #include "common/check.h"
 #include "pool/trace.h"
 #include "pool/trace_replay.h"
+#include "tests/common/mooncake_trace_path.h"
 
 namespace kvmesh {
 namespace {
@@ -64,13 +65,6 @@ using Key = std::tuple<std::string, std::string, std::int64_t>;
 std::map<Key, Figure>& Figures() {
   static std::map<Key, Figure> figures;
   return figures;
-}
-
-std::string MooncakeTracePath() {
-  if (const char* env = std::getenv("KVMESH_MOONCAKE_TRACE"); env != nullptr && *env != '\0') {
-    return env;
-  }
-  return KVMESH_MOONCAKE_TRACE_DEFAULT;
 }
 
 std::vector<TraceRequest> Synthetic(const SyntheticTraceOptions& o) {

@@ -14,6 +14,7 @@
 
 #include "node/remote_fetch.h"
 #include "pool/trace.h"
+#include "tests/common/mooncake_trace_path.h"
 #include "tests/node/cluster_replay_util.h"
 #include "tests/node/node_process.h"
 
@@ -33,17 +34,6 @@ using node_test::ScratchDir;
 // a 2-job build).
 constexpr std::int64_t kRequests = 600;
 constexpr std::int64_t kPoolBlocks = 1000;
-
-std::string MooncakeTracePath() {
-  if (const char* env = std::getenv("KVMESH_MOONCAKE_TRACE"); env != nullptr && *env != '\0') {
-    return env;
-  }
-#ifdef KVMESH_MOONCAKE_TRACE_DEFAULT
-  return KVMESH_MOONCAKE_TRACE_DEFAULT;
-#else
-  return "";
-#endif
-}
 
 struct ModeRun {
   ReplayStats stats;

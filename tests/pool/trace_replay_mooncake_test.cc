@@ -16,20 +16,10 @@
 
 #include "pool/trace.h"
 #include "pool/trace_replay.h"
+#include "tests/common/mooncake_trace_path.h"
 
 namespace kvmesh {
 namespace {
-
-std::string MooncakeTracePath() {
-  if (const char* env = std::getenv("KVMESH_MOONCAKE_TRACE"); env != nullptr && *env != '\0') {
-    return env;
-  }
-#ifdef KVMESH_MOONCAKE_TRACE_DEFAULT
-  return KVMESH_MOONCAKE_TRACE_DEFAULT;
-#else
-  return "";
-#endif
-}
 
 TEST(MooncakeReplayTest, PublishedHitRates) {
   const std::string path = MooncakeTracePath();

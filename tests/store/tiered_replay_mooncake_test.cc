@@ -15,16 +15,10 @@
 #include <string>
 
 #include "store/tiered_replay.h"
+#include "tests/common/mooncake_trace_path.h"
 
 namespace kvmesh {
 namespace {
-
-std::string MooncakeTracePath() {
-  if (const char* env = std::getenv("KVMESH_MOONCAKE_TRACE"); env != nullptr && *env != '\0') {
-    return env;
-  }
-  return KVMESH_MOONCAKE_TRACE_DEFAULT;
-}
 
 TEST(MooncakeTieredReplayTest, TiersRecoverTheUnlimitedHitRate) {
   const std::string path = MooncakeTracePath();
