@@ -201,12 +201,12 @@ void PrefixDirectory::ResyncIfDue() {
     pending_[u.id] = u;
     ++changed;
   }
-  resyncs_.fetch_add(1);
   if (events_were_lost_) {
     resyncs_after_loss_.fetch_add(1);
     KVMESH_LOG_INFO("directory resync after lost events copies {} changed {}", snapshot.size(),
                     changed);
   } else {
+    resyncs_periodic_.fetch_add(1);
     KVMESH_LOG_DEBUG("directory resync copies {} changed {}", snapshot.size(), changed);
   }
   events_were_lost_ = false;
@@ -412,8 +412,9 @@ DirectoryStats PrefixDirectory::stats() const {
   s.republished = republished_.load();
   s.send_failures = send_failures_.load();
   s.events_lost = events_lost_.load();
-  s.resyncs = resyncs_.load();
+  // One counter per cause, each read once: every figure derived from them only ever grows.
   s.resyncs_after_loss = resyncs_after_loss_.load();
+  s.resyncs = resyncs_periodic_.load() + s.resyncs_after_loss;
   return s;
 }
 

@@ -163,7 +163,7 @@ class PrefixDirectory final : public PrefixLocator {
   std::map<ContentId, HoldingUpdate> pending_;
 
   std::atomic<std::int64_t> updates_sent_{0}, updates_received_{0}, republished_{0},
-      send_failures_{0}, events_lost_{0}, resyncs_{0}, resyncs_after_loss_{0};
+      send_failures_{0}, events_lost_{0}, resyncs_periodic_{0}, resyncs_after_loss_{0};
   std::thread thread_;
 };
 
