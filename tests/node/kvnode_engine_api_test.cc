@@ -1,7 +1,7 @@
 // The engine API of a real kvnode process through its real sockets: reuse across requests and
 // engines, salt isolation, attach and shared memory, lookups by tier, events, the synthetic engine
 // (every check passes; a corrupted block fails its check), tensor parallelism, and what a crashed
-// engine leaves behind.
+// engine leaves behind; the host tier's eviction order follows kv_cache.eviction_policy.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -178,6 +178,73 @@ TEST_F(KvnodeEngineApiTest, LookupSaysWhereAPrefixIsAndEventsFollowTheCache) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->result.reused_tokens, 8 * kT);
   EXPECT_EQ(again->host_hit_blocks + again->disk_hit_blocks, 8 - moved->pool_tokens() / kT);
+}
+
+// kv_cache.eviction_policy orders the host tier's victims too (docs/kvnode-config.md, "Eviction
+// policy"). A prompt H of priority 90 goes into the host tier first (kvctl evict moves every pool
+// block there), then four times the host tier's capacity of default-priority blocks follows it the
+// same way. The policies that honour priorities keep H in the host tier and spill the newer
+// priority-35 blocks to the disk tier; lru spills H, the least recently used.
+struct HostTierOutcome {
+  std::int64_t h_host_tokens = -1;
+  std::int64_t h_disk_tokens = -1;
+  std::int64_t last_host_tokens = -1;  // the last flood prompt
+};
+
+HostTierOutcome FloodTheHostTier(const std::string& policy) {
+  HostTierOutcome out;
+  ScratchDir dir;
+  // 192 KiB blocks (qwen2.5-0.5b, bf16, 16 tokens): a 2 MiB host tier holds 10 of them.
+  auto node = KvnodeProcess::Start(dir.path(), TestConfig(dir.path(), 4096, "2MiB", "64MiB", "", "",
+                                                          "  eviction_policy: " + policy + "\n"));
+  EXPECT_TRUE(node.ok()) << node.status();
+  if (!node.ok()) return out;
+  auto c = (*node)->Connect();
+  EXPECT_TRUE(c.ok());
+  if (!c.ok()) return out;
+  const auto evict_all = [&] {
+    rpc::Request evict;
+    evict.mutable_evict()->set_below_priority(101);
+    Result<rpc::Response> r = (*c)->Call(std::move(evict));
+    EXPECT_TRUE(r.ok()) << r.status();
+  };
+  const std::vector<Token> h = Prompt(300, 2 * kT);
+  SequenceOptions high;
+  high.retention.push_back(RetentionRange{0, 2 * kT, 90, std::nullopt});
+  AdmitStoreRelease(**c, 1, h, high);
+  evict_all();
+  std::vector<Token> last;
+  for (std::uint32_t i = 0; i < 10; ++i) {
+    last = Prompt(400 + i, 4 * kT);
+    AdmitStoreRelease(**c, 10 + i, last);
+    evict_all();
+  }
+  auto lh = (*c)->Lookup(h);
+  auto ll = (*c)->Lookup(last);
+  EXPECT_TRUE(lh.ok() && ll.ok());
+  if (!lh.ok() || !ll.ok()) return out;
+  EXPECT_EQ(lh->pool_tokens() + ll->pool_tokens(), 0);  // everything was evicted from the pool
+  out.h_host_tokens = lh->host_tokens();
+  out.h_disk_tokens = lh->disk_tokens();
+  out.last_host_tokens = ll->host_tokens();
+  return out;
+}
+
+TEST(KvnodeHostTierPolicyTest, PriorityPoliciesKeepTheHighPriorityPromptInTheHostTier) {
+  for (const char* policy : {"priority-lru", "learned"}) {
+    SCOPED_TRACE(policy);
+    const HostTierOutcome o = FloodTheHostTier(policy);
+    EXPECT_EQ(o.h_host_tokens, 2 * kT);
+    EXPECT_EQ(o.h_disk_tokens, 0);
+    EXPECT_EQ(o.last_host_tokens, 4 * kT);  // the newest default-priority prompt is there too
+  }
+}
+
+TEST(KvnodeHostTierPolicyTest, LruSpillsTheOldestBlocksWhateverTheirPriority) {
+  const HostTierOutcome o = FloodTheHostTier("lru");
+  EXPECT_EQ(o.h_host_tokens, 0);
+  EXPECT_EQ(o.h_disk_tokens, 2 * kT);  // spilled into RocksDB, not lost
+  EXPECT_EQ(o.last_host_tokens, 4 * kT);
 }
 
 TEST_F(KvnodeEngineApiTest, SyntheticEngineChecksPassAndCatchACorruptBlock) {

@@ -127,16 +127,19 @@ std::optional<ExitStatus> ChildProcess::Wait(std::chrono::milliseconds timeout) 
 std::string ChildProcess::Stdout() const { return ReadWhole(out_); }
 std::string ChildProcess::Stderr() const { return ReadWhole(err_); }
 
-Result<std::unique_ptr<KvnodeProcess>> KvnodeProcess::Start(const std::filesystem::path& dir,
-                                                            const std::string& yaml,
-                                                            std::chrono::milliseconds timeout) {
+Result<std::unique_ptr<KvnodeProcess>> KvnodeProcess::Start(
+    const std::filesystem::path& dir, const std::string& yaml, std::chrono::milliseconds timeout,
+    const std::vector<std::string>& launcher) {
   const std::filesystem::path config = dir / "kvnode.yaml";
   { std::ofstream(config) << yaml; }
   static std::atomic<int> starts{0};
   auto p = std::unique_ptr<KvnodeProcess>(new KvnodeProcess());
-  KVMESH_ASSIGN_OR_RETURN(p->process_,
-                          ChildProcess::Spawn(KvnodePath(), {"--config", config.string()},
-                                              dir / StrCat("kvnode.", starts.fetch_add(1))));
+  std::vector<std::string> args(launcher.begin(), launcher.end());
+  args.insert(args.end(), {KvnodePath(), "--config", config.string()});
+  const std::string path = args.front();
+  args.erase(args.begin());
+  KVMESH_ASSIGN_OR_RETURN(
+      p->process_, ChildProcess::Spawn(path, args, dir / StrCat("kvnode.", starts.fetch_add(1))));
   p->socket_ = (dir / "kvnode.sock").string();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   Status last = Status::TimedOut("kvnode did not become ready");

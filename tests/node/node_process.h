@@ -70,9 +70,12 @@ class ChildProcess {
 // succeeds (or the process exits: the error then carries its stderr).
 class KvnodeProcess {
  public:
+  // `launcher`, when given, runs kvnode through it: {"/usr/sbin/ip", "netns", "exec", "ns-a"}
+  // starts it in network namespace ns-a (the Unix socket, a path, still reaches it from here).
   static Result<std::unique_ptr<KvnodeProcess>> Start(
       const std::filesystem::path& dir, const std::string& yaml,
-      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+      std::chrono::milliseconds timeout = std::chrono::seconds(60),
+      const std::vector<std::string>& launcher = {});
   ~KvnodeProcess();
 
   [[nodiscard]] ChildProcess& process() { return *process_; }
