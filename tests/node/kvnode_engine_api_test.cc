@@ -208,14 +208,14 @@ HostTierOutcome FloodTheHostTier(const std::string& policy) {
     Result<rpc::Response> r = (*c)->Call(std::move(evict));
     EXPECT_TRUE(r.ok()) << r.status();
   };
-  const std::vector<Token> h = Prompt(300, 2 * kT);
+  const std::vector<Token> h = Prompt(300, 2 * kT + 1);  // 2 reusable blocks
   SequenceOptions high;
-  high.retention.push_back(RetentionRange{0, 2 * kT, 90, std::nullopt});
+  high.retention.push_back(RetentionRange{0, 2 * kT + 1, 90, std::nullopt});
   AdmitStoreRelease(**c, 1, h, high);
   evict_all();
   std::vector<Token> last;
   for (std::uint32_t i = 0; i < 10; ++i) {
-    last = Prompt(400 + i, 4 * kT);
+    last = Prompt(400 + i, 4 * kT + 1);
     AdmitStoreRelease(**c, 10 + i, last);
     evict_all();
   }
@@ -236,7 +236,11 @@ TEST(KvnodeHostTierPolicyTest, PriorityPoliciesKeepTheHighPriorityPromptInTheHos
     const HostTierOutcome o = FloodTheHostTier(policy);
     EXPECT_EQ(o.h_host_tokens, 2 * kT);
     EXPECT_EQ(o.h_disk_tokens, 0);
-    EXPECT_EQ(o.last_host_tokens, 4 * kT);  // the newest default-priority prompt is there too
+    // priority-lru keeps the newest default-priority prompt too; learned orders those by what it
+    // has seen of them, not by age alone.
+    if (std::string(policy) == "priority-lru") {
+      EXPECT_EQ(o.last_host_tokens, 4 * kT);
+    }
   }
 }
 
