@@ -15,6 +15,7 @@ namespace kvmesh {
 namespace {
 
 using namespace std::chrono_literals;
+using node_test::ClusterLookup;
 using node_test::EtcdProcess;
 using node_test::KvnodeProcess;
 using node_test::ScratchDir;
@@ -41,13 +42,6 @@ std::vector<Token> Prompt(int blocks, Token base) {
   std::vector<Token> p;
   for (int i = 0; i < blocks * kT + 1; ++i) p.push_back(base + i);
   return p;
-}
-
-Result<rpc::ClusterLookupResponse> ClusterLookup(NodeClient& c, const std::vector<Token>& p) {
-  rpc::Request r;
-  r.mutable_cluster_lookup()->mutable_tokens()->Add(p.begin(), p.end());
-  KVMESH_ASSIGN_OR_RETURN(rpc::Response resp, c.Call(std::move(r)));
-  return std::move(*resp.mutable_cluster_lookup());
 }
 
 // The prefix tokens the lookup credits `node` with (0 when absent).

@@ -25,6 +25,7 @@ namespace kvmesh {
 namespace {
 
 using namespace std::chrono_literals;
+using node_test::ClusterLookup;
 using node_test::KvnodeProcess;
 using node_test::PeerConfig;
 using node_test::Prompt;
@@ -161,13 +162,6 @@ class NetnsClusterTest : public ::testing::Test {
   std::optional<NamespacePair> ns_;
   std::unique_ptr<KvnodeProcess> nodes_[2];
 };
-
-Result<rpc::ClusterLookupResponse> ClusterLookup(NodeClient& c, const std::vector<Token>& p) {
-  rpc::Request r;
-  r.mutable_cluster_lookup()->mutable_tokens()->Add(p.begin(), p.end());
-  KVMESH_ASSIGN_OR_RETURN(rpc::Response resp, c.Call(std::move(r)));
-  return std::move(*resp.mutable_cluster_lookup());
-}
 
 TEST_F(NetnsClusterTest, PrefixComputedOnAIsFetchedByBAcrossTheVethPair) {
   StartNodes("HND", "HND");

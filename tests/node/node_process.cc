@@ -253,4 +253,11 @@ std::optional<double> MetricValue(const std::string& exposition, const std::stri
   return std::nullopt;
 }
 
+Result<rpc::ClusterLookupResponse> ClusterLookup(NodeClient& c, const std::vector<Token>& p) {
+  rpc::Request r;
+  r.mutable_cluster_lookup()->mutable_tokens()->Add(p.begin(), p.end());
+  KVMESH_ASSIGN_OR_RETURN(rpc::Response resp, c.Call(std::move(r)));
+  return std::move(*resp.mutable_cluster_lookup());
+}
+
 }  // namespace kvmesh::node_test

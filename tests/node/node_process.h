@@ -120,6 +120,9 @@ std::optional<std::string> HttpGet(int port, const std::string& target);
 // when it is not there.
 std::optional<double> MetricValue(const std::string& exposition, const std::string& series);
 
+// The node's answer to a cluster-wide lookup of prompt `p` (rpc ClusterLookup, kvctl route).
+Result<rpc::ClusterLookupResponse> ClusterLookup(NodeClient& c, const std::vector<Token>& p);
+
 class ScratchDir {
  public:
   ScratchDir();
