@@ -68,30 +68,19 @@ bool CacheBlockSource::EncodeFromTier(const ContentId& id,
   return true;
 }
 
-std::int64_t CacheBlockSource::Encode(std::span<const ContentId> ids,
-                                      std::span<const std::span<std::byte>> out) {
-  BlockManager& m = cache_->manager();
+bool CacheBlockSource::Encode(std::span<const ContentId> ids, std::size_t i,
+                              std::span<const std::span<std::byte>> out) {
   const std::size_t pools = codecs_.size();
-  std::int64_t done = 0;
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    const std::span<const std::span<std::byte>> slots = out.subspan(i * pools, pools);
-    Result<PinnedBlocks> pins = m.PinByContentId(ids[i]);
-    if (pins.ok() && pins->size() == pools) {
-      bool ok = true;
-      for (const PinnedBlockRef& ref : pins->blocks()) {
-        const auto p = static_cast<std::size_t>(ref.pool.value);
-        ok =
-            ok && p < pools && codecs_[p].Encode(views_[p], ref.block.value, ids[i], slots[p]).ok();
-      }
-      if (ok) {
-        ++done;
-        continue;
-      }
+  Result<PinnedBlocks> pins = cache_->manager().PinByContentId(ids[i]);
+  if (pins.ok() && pins->size() == pools) {
+    bool ok = true;
+    for (const PinnedBlockRef& ref : pins->blocks()) {
+      const auto p = static_cast<std::size_t>(ref.pool.value);
+      ok = ok && p < pools && codecs_[p].Encode(views_[p], ref.block.value, ids[i], out[p]).ok();
     }
-    if (!EncodeFromTier(ids[i], slots)) break;
-    ++done;
+    if (ok) return true;
   }
-  return done;
+  return EncodeFromTier(ids[i], out);
 }
 
 PeerService::PeerService(PeerServiceOptions options, PeerSessions* sessions, BlockSource* source,
@@ -188,25 +177,54 @@ Status PeerService::FetchBlocks(const SessionInfo& session, const rpc::FetchBloc
     spans[i] = lease.bytes(i).first(len);
     slices[i] = lease.slice(i, len);
   }
-  const std::int64_t encoded = source_->Encode(ids, spans);
-  for (std::size_t i = static_cast<std::size_t>(encoded) * pools; i < n; ++i) {
-    std::memset(spans[i].data(), 0, spans[i].size());  // not held: a miss for the requester
-  }
+  // Block by block: each block's slots go on the wire as soon as they are encoded, so that UCX
+  // sends block i (and the requester decodes it) while block i + 1 is encoded. Every send of part
+  // of the grant completes when the whole grant has (transfer_engine.h); all are waited for
+  // before the lease goes, on every path.
   SendRequest send;
   send.receiver = peer;
   send.transfer = transfer;
-  send.slices = slices;
   send.deadline = SystemClock::Default()->Now() + deadline_ms;
-  KVMESH_ASSIGN_OR_RETURN(TransferOp op, sessions_->engine().Send(send));
-  Status st = op.Wait();  // the lease (and the pins, released already) outlive UCX's reads
+  std::vector<TransferOp> ops;
+  ops.reserve(ids.size());
+  Status st;
+  std::size_t encoded = 0;
+  while (encoded < ids.size() && st.ok()) {
+    const std::size_t first = encoded * pools;
+    std::size_t count = pools;
+    if (source_->Encode(ids, encoded, std::span(spans).subspan(first, pools))) {
+      ++encoded;
+    } else {
+      // Not held any more: this block and the rest go as zeros (a miss for the requester).
+      count = n - first;
+      for (std::size_t i = first; i < n; ++i) std::memset(spans[i].data(), 0, spans[i].size());
+    }
+    send.first_slice = static_cast<std::uint32_t>(first);
+    send.slices = std::span<const Slice>(slices).subspan(first, count);
+    Result<TransferOp> op = sessions_->engine().Send(send);
+    if (op.ok()) {
+      ops.push_back(std::move(op).value());
+    } else {
+      st = op.status();
+    }
+    if (count != pools) break;
+  }
+  // A send that could not start leaves the grant incomplete: the ones in flight would wait for
+  // it until the deadline, so they are cancelled. The lease (and the pins, released already)
+  // outlive UCX's reads.
+  if (!st.ok() && !ops.empty()) static_cast<void>(sessions_->engine().CancelSend(peer, transfer));
+  for (TransferOp& op : ops) {
+    Status done = op.Wait();
+    if (st.ok()) st = std::move(done);
+  }
   if (!st.ok()) {
     if (st.code() == StatusCode::kPeerUnreachable || st.code() == StatusCode::kTimedOut) {
       sessions_->MarkFailed(session.client_name);
     }
     return st.WithContext(StrCat("fetch_blocks send to ", session.client_name));
   }
-  sent_.fetch_add(encoded);
-  missing_.fetch_add(static_cast<std::int64_t>(ids.size()) - encoded);
+  sent_.fetch_add(static_cast<std::int64_t>(encoded));
+  missing_.fetch_add(static_cast<std::int64_t>(ids.size() - encoded));
   std::int64_t bytes = 0;
   for (const Slice& s : slices) bytes += static_cast<std::int64_t>(s.length);
   bytes_.fetch_add(bytes);

@@ -7,11 +7,13 @@
 //      one bundle size per pool equal to ours (else kFailedPrecondition: another geometry), a
 //      deadline of at most max_deadline; none of it is ever an address or an offset here;
 //   2. takes send-staging slots (ids × pools), and for each id, in order, pins its blocks in the
-//      pool (or reads it from a tier) and encodes every pool's block as a bundle (store/
-//      block_bundle.h: checksummed, bound to content id and geometry) into its slot; a block not
-//      held any more is sent as zeros (the requester's verification makes it a miss);
-//   3. Sends the slots into the requester's grant and waits for the send (so pins and slots are
-//      released only when UCX no longer reads them); answers sent_blocks.
+//      pool (or reads it from a tier), encodes every pool's block as a bundle (store/
+//      block_bundle.h: checksummed, bound to content id and geometry) into its slot and Sends
+//      those slots into the requester's grant at once (one Send per block: the next block is
+//      encoded while this one is on the wire and being decoded); the first block not held any
+//      more and all after it are sent as zeros (the requester's verification makes them misses);
+//   3. waits for every send (so slots are released only when UCX no longer reads them); answers
+//      sent_blocks.
 // The data a peer asks for is only blocks of this node's own namespace named by content id; the
 // tenant salt is inside the content id, chosen by the requester's engine.
 //
@@ -44,10 +46,10 @@ class BlockSource {
     std::int32_t held_blocks = 0;  // ids[0, held_blocks) in the pool or a tier
   };
   virtual Held Count(std::span<const ContentId> ids) = 0;
-  // Encodes ids[i]'s block of every pool p into out[i * pools + p] (each at least the pool's
-  // bundle size), for i from 0 while the block is held; returns how many were encoded.
-  virtual std::int64_t Encode(std::span<const ContentId> ids,
-                              std::span<const std::span<std::byte>> out) = 0;
+  // Encodes block ids[i] of a fetch (`ids`: all it asks for, encoded in order) of every pool p
+  // into out[p] (each at least the pool's bundle size); false when the block is not held.
+  virtual bool Encode(std::span<const ContentId> ids, std::size_t i,
+                      std::span<const std::span<std::byte>> out) = 0;
 };
 
 // Blocks from a TieredCache: the pool first (pinned while encoded), then the tiers (through a
@@ -57,8 +59,8 @@ class CacheBlockSource final : public BlockSource {
   CacheBlockSource(TieredCache* cache, std::vector<KvPoolView> views,
                    std::vector<BundleCodec> codecs);
   Held Count(std::span<const ContentId> ids) override;
-  std::int64_t Encode(std::span<const ContentId> ids,
-                      std::span<const std::span<std::byte>> out) override;
+  bool Encode(std::span<const ContentId> ids, std::size_t i,
+              std::span<const std::span<std::byte>> out) override;
 
  private:
   bool EncodeFromTier(const ContentId& id, std::span<const std::span<std::byte>> out);

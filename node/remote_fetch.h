@@ -22,8 +22,10 @@
 //      writes into the slots);
 //   5. verify each bundle against its content id and our pool's geometry (BundleCodec::
 //      DecodeOnePass: fingerprint, shape and content id before any byte is copied, the checksum
-//      while it is copied into the reserved block); the first failure ends the run (that block
-//      is not published);
+//      while it is copied into the reserved block) — block by block as the slots arrive
+//      (GrantRequest::on_slice), on a decoder thread of the fetch, while the holder is still
+//      encoding and sending the next blocks; the first failure ends the run (that block is not
+//      published);
 //   6. PublishRestore(ready, keep_pinned): the verified blocks enter the tree, pinned; the rest of
 //      the reservation is freed. The returned pins are held by the caller across AddSequence.
 // Never is a pool block written by UCX: bytes land in staging and are copied into the hidden
@@ -63,10 +65,14 @@ class AskPeersLocator final : public PrefixLocator {
 struct RemoteFetchOptions {
   std::chrono::milliseconds deadline{2000};  // of one fetch, from the plan to the last byte
   std::int32_t max_blocks = 1024;            // per fetch
-  // Called for each block once its bundle of pool `pool` was decoded into reserved block `block`
-  // (hidden, in no tree), before it is published; an error refuses the block like a failed
-  // verification. The handoff's layout conversion (node/handoff.h); empty: nothing.
-  std::function<Status(std::size_t pool, std::int64_t block)> after_decode;
+  // Verifies pool `pool`'s bundle against `id` and the holder's geometry and decodes it into
+  // reserved block `block` (hidden, in no tree) before it is published; an error refuses the
+  // block. Empty: the pool's codec decodes it in one pass (BundleCodec::DecodeOnePass). The
+  // handoff's layout conversion sets it (node/handoff.h). Runs on the fetch's decoder thread, one
+  // block at a time.
+  std::function<Status(std::size_t pool, std::span<const std::byte> bundle, const ContentId& id,
+                       std::int64_t block)>
+      decode;
   // The holder's content id of our block `local` (asked for and verified against; the block is
   // published under `local`): the handoff from a node in the other order, whose key namespace
   // differs. Empty: the same id.
@@ -88,7 +94,8 @@ struct RemoteFetchStats {
 
 class RemoteFetcher {
  public:
-  // All outlive the fetcher; `views` are the pools' memory, `codecs` their bundle codecs.
+  // All outlive the fetcher; `views` are the pools' memory, `codecs` the holder's bundle codecs
+  // (the pools' own, unless options.decode converts from another layout).
   RemoteFetcher(RemoteFetchOptions options, TieredCache* cache, PeerSessions* sessions,
                 PrefixLocator* locator, std::vector<KvPoolView> views,
                 std::vector<BundleCodec> codecs);
@@ -106,10 +113,9 @@ class RemoteFetcher {
   Result<RemoteFetchResult> FetchFrom(std::span<const Token> prompt, const SequenceOptions& options,
                                       const RestorePlan& plan, const Choice& choice,
                                       std::chrono::steady_clock::time_point deadline);
-  // Verifies and decodes the first `held` blocks that arrived (those the holder said it sent);
-  // returns the verified prefix length.
-  std::int64_t DecodeArrived(const RestoreReservation& r, const StagingLease& lease,
-                             std::int64_t held);
+  // Verifies block i of the run in every pool's slot and decodes it into its reserved block
+  // (options_.decode when set). Runs on the run's decoder thread.
+  Status DecodeBlock(const RestoreReservation& r, const StagingLease& lease, std::int64_t i) const;
   [[nodiscard]] ContentId RemoteId(const RestoreReservation& r, std::int64_t i) const;
 
   const RemoteFetchOptions options_;

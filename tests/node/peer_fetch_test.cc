@@ -112,20 +112,16 @@ class LyingSource final : public BlockSource {
   LyingSource(BlockSource* inner, int corrupt_at, int foreign_at)
       : inner_(inner), corrupt_at_(corrupt_at), foreign_at_(foreign_at) {}
   Held Count(std::span<const ContentId> ids) override { return inner_->Count(ids); }
-  std::int64_t Encode(std::span<const ContentId> ids,
-                      std::span<const std::span<std::byte>> out) override {
-    std::vector<ContentId> asked(ids.begin(), ids.end());
-    if (foreign_at_ >= 0 && static_cast<std::size_t>(foreign_at_ + 1) < asked.size()) {
-      asked[static_cast<std::size_t>(foreign_at_)] =
-          asked[static_cast<std::size_t>(foreign_at_) + 1];
-    }
-    const std::int64_t n = inner_->Encode(asked, out);
-    const std::size_t pools = out.size() / ids.size();
-    if (corrupt_at_ >= 0 && corrupt_at_ < n) {
-      std::span<std::byte> b = out[static_cast<std::size_t>(corrupt_at_) * pools];
+  bool Encode(std::span<const ContentId> ids, std::size_t i,
+              std::span<const std::span<std::byte>> out) override {
+    const std::size_t asked =
+        static_cast<int>(i) == foreign_at_ && i + 1 < ids.size() ? i + 1 : i;
+    if (!inner_->Encode(ids, asked, out)) return false;
+    if (static_cast<int>(i) == corrupt_at_) {
+      std::span<std::byte> b = out[0];
       b[b.size() / 2] ^= std::byte{0x40};
     }
-    return n;
+    return true;
   }
 
  private:
