@@ -114,8 +114,7 @@ class LyingSource final : public BlockSource {
   Held Count(std::span<const ContentId> ids) override { return inner_->Count(ids); }
   bool Encode(std::span<const ContentId> ids, std::size_t i,
               std::span<const std::span<std::byte>> out) override {
-    const std::size_t asked =
-        static_cast<int>(i) == foreign_at_ && i + 1 < ids.size() ? i + 1 : i;
+    const std::size_t asked = static_cast<int>(i) == foreign_at_ && i + 1 < ids.size() ? i + 1 : i;
     if (!inner_->Encode(ids, asked, out)) return false;
     if (static_cast<int>(i) == corrupt_at_) {
       std::span<std::byte> b = out[0];
