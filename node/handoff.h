@@ -26,8 +26,9 @@
 // Layout conversion: when the sender's pools are in the other order (HND vs NHD; the hello's
 // fingerprints equal ours but for the order: PeerSessions::OtherOrder), each bundle is verified and
 // decoded as a block of the sender's geometry into a one-block scratch, then copied into the
-// reserved (hidden) block in our order (kernels/block_copy.h converts) before it is published. CPU-addressable
-// pools only (the node's pools here are host memory). Everything else must be equal.
+// reserved (hidden) block in our order (kernels/block_copy.h converts) before it is published.
+// CPU-addressable pools only (the node's pools here are host memory). Everything else must be
+// equal.
 //
 // Thread safety: both thread-safe; HandOff and Handle block (network, transfers).
 #pragma once

@@ -89,7 +89,7 @@ class ArrivalDecoder {
   std::condition_variable cv_;
   std::vector<std::uint32_t> arrived_ KVMESH_GUARDED_BY(mu_);
   bool finished_ KVMESH_GUARDED_BY(mu_) = false;
-  Outcome outcome_;  // written by the thread only, read after the join
+  Outcome outcome_;     // written by the thread only, read after the join
   std::thread thread_;  // last: started once everything above exists
 };
 
