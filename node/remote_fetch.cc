@@ -18,9 +18,9 @@ std::string Wire(const ContentId& id) {
 }
 
 // Decodes a run's blocks on its own thread as they arrive, while later blocks are still on the
-// wire: block i (slots i * pools .. i * pools + pools - 1) once each of its slots is whole
-// (GrantRequest::on_slice: UCX never writes into a filled slice again), in order, stopping at the
-// first block that fails. Slots the holder sent as zeros (blocks it no longer held) fail like a
+// wire: block i (grant slices i * per_block .. i * per_block + per_block - 1) once each of its
+// slices is whole (GrantRequest::on_slice: UCX never writes into a filled slice again), in order,
+// stopping at the first block that fails. Slots the holder sent as zeros (blocks it no longer held) fail like a
 // foreign block; the caller tells the two apart with the holder's sent count.
 class ArrivalDecoder {
  public:
@@ -29,10 +29,10 @@ class ArrivalDecoder {
     Status failure;            // why block `decoded` was not (when one arrived and failed)
   };
 
-  ArrivalDecoder(std::int64_t blocks, std::size_t pools,
+  ArrivalDecoder(std::int64_t blocks, std::size_t per_block,
                  std::function<Status(std::int64_t block)> decode)
       : blocks_(blocks),
-        pools_(static_cast<std::uint32_t>(pools)),
+        per_block_(static_cast<std::uint32_t>(per_block)),
         decode_(std::move(decode)),
         arrived_(static_cast<std::size_t>(blocks), 0),
         thread_([this] { Run(); }) {}
@@ -41,16 +41,16 @@ class ArrivalDecoder {
   ArrivalDecoder& operator=(const ArrivalDecoder&) = delete;
 
   // GrantRequest::on_slice (the transfer engine's progress thread): short, never blocks long.
-  void OnSlice(std::uint32_t slot) {
-    const std::size_t block = slot / pools_;
+  void OnSlice(std::uint32_t slice) {
+    const std::size_t block = slice / per_block_;
     {
       MutexLock lock(&mu_);
-      if (block >= arrived_.size() || ++arrived_[block] < pools_) return;
+      if (block >= arrived_.size() || ++arrived_[block] < per_block_) return;
     }
     cv_.notify_one();
   }
 
-  // No slot is filled any more (the grant completed or failed): decodes the blocks that are whole
+  // No slice is filled any more (the grant completed or failed): decodes the blocks that are whole
   // and not decoded yet, then joins the thread. Idempotent.
   Outcome Finish() {
     {
@@ -69,9 +69,9 @@ class ArrivalDecoder {
         MutexLock lock(&mu_);
         const auto b = static_cast<std::size_t>(i);
         AwaitCondition(cv_, mu_, [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
-          return arrived_[b] == pools_ || finished_;
+          return arrived_[b] == per_block_ || finished_;
         });
-        if (arrived_[b] != pools_) return;  // finished without it: not sent, or the grant failed
+        if (arrived_[b] != per_block_) return;  // finished without it: not sent, or the grant failed
       }
       Status st = decode_(i);
       if (!st.ok()) {
@@ -83,7 +83,7 @@ class ArrivalDecoder {
   }
 
   const std::int64_t blocks_;
-  const std::uint32_t pools_;
+  const std::uint32_t per_block_;
   const std::function<Status(std::int64_t)> decode_;
   Mutex mu_;
   std::condition_variable cv_;
@@ -214,14 +214,26 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
   const std::size_t n = static_cast<std::size_t>(reserved.count()) * pools;
   // Declared after the reservation: destroyed first, but only once the grant completed (below).
   KVMESH_ASSIGN_OR_RETURN(StagingLease lease, sessions_->receive_staging().Acquire(n, deadline));
-  std::vector<Slice> slices(n);
+  // The wire form (node/peer_service.h): each slot is granted range by range — its bundle's data
+  // ranges — and its padding zeroed here, so that once every range arrived the slot holds the
+  // whole bundle the holder sealed.
+  std::vector<Slice> slices;
+  std::size_t ranges = 0;  // per block
+  for (const BundleCodec& c : codecs_) ranges += c.data_ranges().size();
+  slices.reserve(static_cast<std::size_t>(reserved.count()) * ranges);
   for (std::size_t i = 0; i < n; ++i) {
-    slices[i] = lease.slice(i, static_cast<std::uint64_t>(codecs_[i % pools].bundle_bytes()));
+    const BundleCodec& codec = codecs_[i % pools];
+    codec.ZeroPadding(lease.bytes(i));
+    const Slice whole = lease.slice(i, static_cast<std::uint64_t>(codec.bundle_bytes()));
+    for (const BundleRange& r : codec.data_ranges()) {
+      slices.push_back({whole.region, whole.offset + static_cast<std::uint64_t>(r.offset),
+                        static_cast<std::uint64_t>(r.length)});
+    }
   }
-  // Each block is verified and decoded into its reserved block as soon as its slots are whole,
-  // while the rest of the run is on the wire (the holder sends block by block as it encodes).
+  // Each block is verified and decoded into its reserved block as soon as its slices are whole,
+  // while the rest of the run is on the wire (the holder sends block by block as it seals them).
   // Declared after the lease and the reservation: joined before either goes.
-  ArrivalDecoder decoder(reserved.count(), pools,
+  ArrivalDecoder decoder(reserved.count(), ranges,
                          [&](std::int64_t i) { return DecodeBlock(reserved, lease, i); });
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
@@ -229,7 +241,7 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
   grant.sender = link->id();
   grant.slices = slices;
   grant.deadline = SystemClock::Default()->Now() + left;
-  grant.on_slice = [&decoder](std::uint32_t slot) { decoder.OnSlice(slot); };
+  grant.on_slice = [&decoder](std::uint32_t slice) { decoder.OnSlice(slice); };
   KVMESH_ASSIGN_OR_RETURN(TransferOp op, sessions_->engine().Grant(grant));
   rpc::Request req;
   req.set_timeout_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(left.count(), 1)));

@@ -7,6 +7,9 @@
 //     stays pinned or reserved, and the peer restarted on a new port is used again;
 //   - a session that is not of role peer cannot say hello (no UCX address is handed out).
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
 #include <signal.h>
 
 #include <atomic>
@@ -105,19 +108,27 @@ TEST(PeerFetchTest, PrefixComputedOnAIsAdmittedOnBAsRemoteHits) {
   b->Shutdown();
 }
 
-// A holder's block source that lies: flips a byte of block `corrupt_at`'s bundle, or sends the
-// bundle of the next block in place of block `foreign_at` (a valid bundle of another content id).
+// A holder's block source that lies: flips a byte in the middle of block `corrupt_at`'s bundle (its
+// payload, copied out of the pool into the slot first, so the pool itself stays right), or sends
+// the bundle of the next block in place of block `foreign_at` (a valid bundle of another content
+// id).
 class LyingSource final : public BlockSource {
  public:
-  LyingSource(BlockSource* inner, int corrupt_at, int foreign_at)
-      : inner_(inner), corrupt_at_(corrupt_at), foreign_at_(foreign_at) {}
+  LyingSource(BlockSource* inner, std::vector<BundleCodec> codecs, int corrupt_at, int foreign_at)
+      : inner_(inner), codecs_(std::move(codecs)), corrupt_at_(corrupt_at), foreign_at_(foreign_at) {}
   Held Count(std::span<const ContentId> ids) override { return inner_->Count(ids); }
   bool Encode(std::span<const ContentId> ids, std::size_t i,
-              std::span<const std::span<std::byte>> out) override {
+              std::span<const std::span<std::byte>> slots, Prepared* out) override {
     const std::size_t asked = static_cast<int>(i) == foreign_at_ && i + 1 < ids.size() ? i + 1 : i;
-    if (!inner_->Encode(ids, asked, out)) return false;
+    if (!inner_->Encode(ids, asked, slots, out)) return false;
     if (static_cast<int>(i) == corrupt_at_) {
-      std::span<std::byte> b = out[0];
+      for (const BundleRange& r : codecs_[0].data_ranges()) {
+        const std::byte*& from = out->payload[0][static_cast<std::size_t>(std::max(r.component, 0))];
+        if (r.component < 0 || from == nullptr) continue;
+        std::memcpy(slots[0].data() + r.offset, from, static_cast<std::size_t>(r.length));
+        from = nullptr;
+      }
+      std::span<std::byte> b = slots[0].first(static_cast<std::size_t>(codecs_[0].bundle_bytes()));
       b[b.size() / 2] ^= std::byte{0x40};
     }
     return true;
@@ -125,6 +136,7 @@ class LyingSource final : public BlockSource {
 
  private:
   BlockSource* const inner_;
+  const std::vector<BundleCodec> codecs_;
   const int corrupt_at_;
   const int foreign_at_;
 };
@@ -164,9 +176,8 @@ void ExpectLiesRefused(int corrupt_at, int foreign_at, std::int64_t expected_hit
   const auto requests = Prompt(2000, 6);
   ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
   // A's blocks, served by a lying PeerService on a server of its own, as node-a.
-  LyingSource liar(a->block_source(), corrupt_at, foreign_at);
-  PeerService lying(PeerServiceOptions{}, a->peer_sessions(), &liar,
-                    a->peer_service()->bundle_bytes());
+  LyingSource liar(a->block_source(), a->peer_service()->codecs(), corrupt_at, foreign_at);
+  PeerService lying(PeerServiceOptions{}, a->peer_sessions(), &liar, a->peer_service()->codecs());
   PeerOnlyHandler handler(&lying);
   ControlServerOptions so;
   so.node_id = "node-a";
