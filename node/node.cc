@@ -254,7 +254,7 @@ Status Node::StartPeers() {
     for (int k = 0; k < kNumKvComponents; ++k) {
       const PagedTensorLayout& l = v.layout.components[k];
       if (!l.present() || v.base[k] == nullptr) continue;
-      o.send_sources.emplace_back(static_cast<std::byte*>(v.base[k]),
+      o.pool_memory.emplace_back(static_cast<std::byte*>(v.base[k]),
                                   static_cast<std::size_t>(l.BytesPerBlock() * v.num_blocks));
     }
   }

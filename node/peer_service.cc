@@ -280,7 +280,7 @@ void PeerService::AppendWire(std::size_t block, const BlockSource::Prepared& pre
       const std::byte* from =
           r.component >= 0 ? prepared.payload[p][static_cast<std::size_t>(r.component)] : nullptr;
       if (from != nullptr) {
-        if (const std::optional<Slice> direct = sessions_->SendSourceSlice(from, length)) {
+        if (const std::optional<Slice> direct = sessions_->PoolSlice(from, length)) {
           wire->push_back(*direct);
           continue;
         }

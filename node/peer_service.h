@@ -11,7 +11,7 @@
 //      bound to content id and geometry) into its slot — or, for a block only a tier holds,
 //      the whole bundle — and Sends the bundle's data ranges (BundleCodec::data_ranges: header,
 //      each component, checksum) into the requester's grant at once: the components straight
-//      from the pool's registered memory (PeerSessions::SendSourceSlice; copied into the slot
+//      from the pool's registered memory (PeerSessions::PoolSlice; copied into the slot
 //      only if the pool is not registered), the rest from the slot. One Send per block: the
 //      next block is sealed while this one is on the wire and being decoded. The first block not
 //      held any more and all after it are sent as zeros (the requester's verification makes

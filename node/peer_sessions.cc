@@ -48,10 +48,10 @@ Result<std::unique_ptr<PeerSessions>> PeerSessions::Create(PeerSessionsOptions o
   Result<std::unique_ptr<TransferEngine>> engine = TransferEngine::Create(s->options_.transfer);
   if (!engine.ok()) return engine.status().WithContext("peer transfer engine");
   s->engine_ = std::move(engine).value();
-  for (const std::span<std::byte> source : s->options_.send_sources) {
+  for (const std::span<std::byte> source : s->options_.pool_memory) {
     Result<RegionId> region = s->engine_->RegisterRegion(source.data(), source.size());
     if (!region.ok()) return region.status().WithContext("peer send source (pool memory)");
-    s->send_source_regions_.push_back(*region);
+    s->pool_regions_.push_back(*region);
   }
   KVMESH_ASSIGN_OR_RETURN(s->send_staging_,
                           StagingArena::Create(s->engine_.get(), s->options_.staging_slot_bytes,
@@ -71,17 +71,17 @@ PeerSessions::~PeerSessions() {
   // every user of a lease waits for its operation to complete first.
   send_staging_.reset();
   receive_staging_.reset();
-  for (RegionId region : send_source_regions_) static_cast<void>(engine_->DeregisterRegion(region));
+  for (RegionId region : pool_regions_) static_cast<void>(engine_->DeregisterRegion(region));
   engine_.reset();
 }
 
-std::optional<Slice> PeerSessions::SendSourceSlice(const void* p, std::uint64_t length) const {
+std::optional<Slice> PeerSessions::PoolSlice(const void* p, std::uint64_t length) const {
   const auto at = reinterpret_cast<std::uintptr_t>(p);
-  for (std::size_t i = 0; i < send_source_regions_.size(); ++i) {
-    const auto base = reinterpret_cast<std::uintptr_t>(options_.send_sources[i].data());
-    const std::uint64_t size = options_.send_sources[i].size();
+  for (std::size_t i = 0; i < pool_regions_.size(); ++i) {
+    const auto base = reinterpret_cast<std::uintptr_t>(options_.pool_memory[i].data());
+    const std::uint64_t size = options_.pool_memory[i].size();
     if (at >= base && length <= size && at - base <= size - length) {
-      return Slice{send_source_regions_[i], at - base, length};
+      return Slice{pool_regions_[i], at - base, length};
     }
   }
   return std::nullopt;

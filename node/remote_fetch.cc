@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "common/log.h"
@@ -20,8 +21,8 @@ std::string Wire(const ContentId& id) {
 // Decodes a run's blocks on its own thread as they arrive, while later blocks are still on the
 // wire: block i (grant slices i * per_block .. i * per_block + per_block - 1) once each of its
 // slices is whole (GrantRequest::on_slice: UCX never writes into a filled slice again), in order,
-// stopping at the first block that fails. Slots the holder sent as zeros (blocks it no longer held) fail like a
-// foreign block; the caller tells the two apart with the holder's sent count.
+// stopping at the first block that fails. Slots the holder sent as zeros (blocks it no longer held)
+// fail like a foreign block; the caller tells the two apart with the holder's sent count.
 class ArrivalDecoder {
  public:
   struct Outcome {
@@ -71,7 +72,8 @@ class ArrivalDecoder {
         AwaitCondition(cv_, mu_, [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
           return arrived_[b] == per_block_ || finished_;
         });
-        if (arrived_[b] != per_block_) return;  // finished without it: not sent, or the grant failed
+        if (arrived_[b] != per_block_)
+          return;  // finished without it: not sent, or the grant failed
       }
       Status st = decode_(i);
       if (!st.ok()) {
@@ -138,7 +140,22 @@ RemoteFetcher::RemoteFetcher(RemoteFetchOptions options, TieredCache* cache, Pee
       sessions_(sessions),
       locator_(locator),
       views_(std::move(views)),
-      codecs_(std::move(codecs)) {}
+      codecs_(std::move(codecs)),
+      in_place_(InPlace(options_, *sessions_, views_)) {}
+
+bool RemoteFetcher::InPlace(const RemoteFetchOptions& options, const PeerSessions& sessions,
+                            const std::vector<KvPoolView>& views) {
+  if (options.decode) return false;
+  for (const KvPoolView& v : views) {
+    for (int c = 0; c < kNumKvComponents; ++c) {
+      const PagedTensorLayout& l = v.layout.components[c];
+      if (!l.present()) continue;
+      const auto bytes = static_cast<std::uint64_t>(l.BytesPerBlock() * v.num_blocks);
+      if (v.base[c] == nullptr || !sessions.PoolSlice(v.base[c], bytes)) return false;
+    }
+  }
+  return true;
+}
 
 RemoteFetcher::Choice RemoteFetcher::ChooseHolder(
     const std::vector<std::vector<BlockHolder>>& holders) {
@@ -217,17 +234,29 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
   // The wire form (node/peer_service.h): each slot is granted range by range — its bundle's data
   // ranges — and its padding zeroed here, so that once every range arrived the slot holds the
   // whole bundle the holder sealed.
+  // In place (in_place_), the component ranges land straight in the reserved blocks instead, and
+  // only the header and checksum in the slot.
   std::vector<Slice> slices;
   std::size_t ranges = 0;  // per block
   for (const BundleCodec& c : codecs_) ranges += c.data_ranges().size();
   slices.reserve(static_cast<std::size_t>(reserved.count()) * ranges);
   for (std::size_t i = 0; i < n; ++i) {
-    const BundleCodec& codec = codecs_[i % pools];
-    codec.ZeroPadding(lease.bytes(i));
+    const std::size_t p = i % pools;
+    const std::int64_t block =
+        reserved.block(static_cast<std::int64_t>(i / pools), static_cast<int>(p)).value;
+    const BundleCodec& codec = codecs_[p];
+    if (!in_place_) codec.ZeroPadding(lease.bytes(i));
     const Slice whole = lease.slice(i, static_cast<std::uint64_t>(codec.bundle_bytes()));
     for (const BundleRange& r : codec.data_ranges()) {
-      slices.push_back({whole.region, whole.offset + static_cast<std::uint64_t>(r.offset),
-                        static_cast<std::uint64_t>(r.length)});
+      const auto length = static_cast<std::uint64_t>(r.length);
+      if (in_place_ && r.component >= 0) {
+        const std::optional<Slice> into = sessions_->PoolSlice(
+            views_[p].BlockBytes(static_cast<KvComponent>(r.component), block), length);
+        if (!into) return Status::Internal("remote fetch: a reserved block outside the pools");
+        slices.push_back(*into);
+        continue;
+      }
+      slices.push_back({whole.region, whole.offset + static_cast<std::uint64_t>(r.offset), length});
     }
   }
   // Each block is verified and decoded into its reserved block as soon as its slices are whole,
@@ -310,8 +339,9 @@ Status RemoteFetcher::DecodeBlock(const RestoreReservation& r, const StagingLeas
     // reserved block, hidden until PublishRestore, which publishes only the verified prefix — a
     // block whose check fails here, with whatever part of the payload it got, is freed unseen.
     const ContentId id = RemoteId(r, i);
-    Status st = options_.decode ? options_.decode(p, bundle, id, block)
-                                : codecs_[p].DecodeOnePass(bundle, id, views_[p], block);
+    Status st = in_place_         ? codecs_[p].VerifyInPlace(bundle, id, views_[p], block)
+                : options_.decode ? options_.decode(p, bundle, id, block)
+                                  : codecs_[p].DecodeOnePass(bundle, id, views_[p], block);
     KVMESH_RETURN_IF_ERROR(st.WithContext(StrCat("pool ", p)));
   }
   return Status::Ok();

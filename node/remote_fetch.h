@@ -28,8 +28,18 @@
 //      published);
 //   6. PublishRestore(ready, keep_pinned): the verified blocks enter the tree, pinned; the rest of
 //      the reservation is freed. The returned pins are held by the caller across AddSequence.
-// Never is a pool block written by UCX: bytes land in staging and are copied into the hidden
-// reserved blocks by the decode, and only the blocks that verified are published. A failed or
+// Where the bytes land: a bundle travels range by range (node/peer_service.h: header, each
+// component, checksum). In place — the node's pools registered with the engine (PeerSessions::
+// pool_memory) and no conversion — the component ranges are granted straight into the hidden
+// reserved blocks and the header and checksum into a receive-staging slot; each block is then
+// verified where it lies (BundleCodec::VerifyInPlace: the header checked completely, the checksum
+// over the header, the block and zero padding), no byte copied. Otherwise every range lands in the
+// slot and the one-pass decode (or options.decode) copies it into the reserved block. Either way
+// UCX writes only into memory granted for this transfer to this holder — reserved blocks that no
+// tree, block table or engine sees — until the grant completed (the engine completes a grant only
+// once UCX no longer writes into it, cancelled or not; the reservation and the lease outlive it),
+// and only the blocks that verified are published; one that failed, whatever it holds, is freed
+// unseen. A failed or
 // timed-out transfer marks the link failed (the next fetch reconnects). The tenant salt is part of
 // the content ids, computed here from the requesting engine's options.
 //
@@ -122,8 +132,14 @@ class RemoteFetcher {
   TieredCache* const cache_;
   PeerSessions* const sessions_;
   PrefixLocator* const locator_;
+  // Whether blocks are received in place: no options_.decode and every pool's memory registered
+  // with the engine (PeerSessions::PoolSlice).
+  static bool InPlace(const RemoteFetchOptions& options, const PeerSessions& sessions,
+                      const std::vector<KvPoolView>& views);
+
   const std::vector<KvPoolView> views_;
   const std::vector<BundleCodec> codecs_;
+  const bool in_place_;
   std::atomic<std::int64_t> fetches_{0}, fetched_{0}, refused_{0}, failed_{0}, bytes_{0};
 };
 

@@ -278,6 +278,28 @@ Status BundleCodec::EncodeSeal(const KvPoolView& src, std::int64_t block, const 
   return Status::Ok();
 }
 
+Status BundleCodec::VerifyInPlace(std::span<const std::byte> seal, const ContentId& id,
+                                  const KvPoolView& view, std::int64_t block) const {
+  KVMESH_RETURN_IF_ERROR(CheckView(view, block));
+  if (static_cast<std::int64_t>(seal.size()) < bundle_bytes_) {
+    return Status::Corruption(
+        StrCat("bundle seal of ", seal.size(), " bytes, a bundle needs ", bundle_bytes_));
+  }
+  const std::span<const std::byte> bundle = seal.first(static_cast<std::size_t>(bundle_bytes_));
+  // Every header byte is checked here (it must equal the template with this id), so the pieces
+  // EncodePieces hashes — the template's header, the block, zero padding — are the bytes received.
+  KVMESH_RETURN_IF_ERROR(VerifyStructure(bundle, id));
+  BundlePieces pieces;
+  KVMESH_RETURN_IF_ERROR(EncodePieces(view, block, id, &pieces));
+  const std::byte* sum = bundle.data() + bundle_bytes_ - kBundleChecksumBytes;
+  if (std::memcmp(pieces.checksum.data(), sum, kBundleChecksumBytes) != 0) {
+    return Status::Corruption(StrCat("bundle checksum ", HexOf(sum, 16), ", computed ",
+                                     HexOf(pieces.checksum.data(), 16),
+                                     " (the block was written: do not publish it)"));
+  }
+  return Status::Ok();
+}
+
 void BundleCodec::ZeroPadding(std::span<std::byte> bundle) const {
   KVMESH_CHECK_GE(static_cast<std::int64_t>(bundle.size()), bundle_bytes_);
   std::int64_t end = 0;  // of the previous range

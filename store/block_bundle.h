@@ -135,6 +135,15 @@ class BundleCodec {
   Status EncodeSeal(const KvPoolView& src, std::int64_t block, const ContentId& id,
                     std::span<std::byte> out) const;
 
+  // Verifies a block received range by range in place: `seal` is a bundle-size buffer whose
+  // header and checksum ranges were received (the rest is not read), block `block` of `view`
+  // holds the component ranges. The header is checked completely, then the checksum over the
+  // header, the block in `view` and zero padding — the bundle's checksum, without a copy. OK or
+  // kCorruption (the block then holds unspecified bytes: do not publish it); kInvalidArgument as
+  // CheckView. REQUIRES: nobody writes the block during the call.
+  Status VerifyInPlace(std::span<const std::byte> seal, const ContentId& id, const KvPoolView& view,
+                       std::int64_t block) const;
+
   // Writes zeros into the padding between components of bundle[0, bundle_bytes()) (a bundle whose
   // data ranges were received one by one). REQUIRES: bundle.size() >= bundle_bytes().
   void ZeroPadding(std::span<std::byte> bundle) const;

@@ -7,14 +7,13 @@
 //     stays pinned or reserved, and the peer restarted on a new port is used again;
 //   - a session that is not of role peer cannot say hello (no UCX address is handed out).
 #include <gtest/gtest.h>
-
-#include <algorithm>
-#include <cstring>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -115,7 +114,10 @@ TEST(PeerFetchTest, PrefixComputedOnAIsAdmittedOnBAsRemoteHits) {
 class LyingSource final : public BlockSource {
  public:
   LyingSource(BlockSource* inner, std::vector<BundleCodec> codecs, int corrupt_at, int foreign_at)
-      : inner_(inner), codecs_(std::move(codecs)), corrupt_at_(corrupt_at), foreign_at_(foreign_at) {}
+      : inner_(inner),
+        codecs_(std::move(codecs)),
+        corrupt_at_(corrupt_at),
+        foreign_at_(foreign_at) {}
   Held Count(std::span<const ContentId> ids) override { return inner_->Count(ids); }
   bool Encode(std::span<const ContentId> ids, std::size_t i,
               std::span<const std::span<std::byte>> slots, Prepared* out) override {
@@ -123,7 +125,8 @@ class LyingSource final : public BlockSource {
     if (!inner_->Encode(ids, asked, slots, out)) return false;
     if (static_cast<int>(i) == corrupt_at_) {
       for (const BundleRange& r : codecs_[0].data_ranges()) {
-        const std::byte*& from = out->payload[0][static_cast<std::size_t>(std::max(r.component, 0))];
+        const std::byte*& from =
+            out->payload[0][static_cast<std::size_t>(std::max(r.component, 0))];
         if (r.component < 0 || from == nullptr) continue;
         std::memcpy(slots[0].data() + r.offset, from, static_cast<std::size_t>(r.length));
         from = nullptr;
