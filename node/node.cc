@@ -255,7 +255,7 @@ Status Node::StartPeers() {
       const PagedTensorLayout& l = v.layout.components[k];
       if (!l.present() || v.base[k] == nullptr) continue;
       o.pool_memory.emplace_back(static_cast<std::byte*>(v.base[k]),
-                                  static_cast<std::size_t>(l.BytesPerBlock() * v.num_blocks));
+                                 static_cast<std::size_t>(l.BytesPerBlock() * v.num_blocks));
     }
   }
   KVMESH_ASSIGN_OR_RETURN(peer_sessions_, PeerSessions::Create(std::move(o), peers_.get()));
