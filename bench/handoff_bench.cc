@@ -11,21 +11,24 @@
 // What is timed: HandoffSender::HandOff on the prefill node, from the call to the decode node's
 // answer — the link (opened before the timed rounds), PlanRestore and pins on the sender, the
 // Handoff request, and on the decode node runs of what its receive staging holds: reserve, grant,
-// the sender's FetchBlocks (pool block -> bundle in staging: a copy and an XXH3-128 checksum per
-// block, one Send), the transfer, verification and copy into the pool (and for the converting
-// variant the HND <-> NHD conversion), publishing; then the answer. Round 0 is a warm-up (it
-// opens the link: the handshake, UCX endpoints) and is not in the median. Every round must move
-// all 128 blocks (moved_blocks, had_blocks checked); the decode node's pool is emptied (Evict)
-// after each round. After the last round the synthetic engine decodes the prompt on the decode
-// node: every handed-off block must be a pool hit and every dense-reference check must pass.
-// Variants: decode node HND (as the prefill node) and NHD (converted on receipt).
-// Baseline: the bytes the sender's peer service sent (bundles: block + header + checksum) divided
-// by ucx_perftest ucp_am_bw's bandwidth with one bundle per message, the nodes' UCX settings
-// (tcp, lo, 1 MiB TCP segments); one perftest run after each timed round, the median bandwidth.
+// the sender's FetchBlocks (per block a seal — header and XXH3-128 over the pool block — and one
+// Send of its header, its bytes straight from the pool and its checksum), the transfer into the
+// reserved blocks, each block verified in place as it arrives (for the converting variant: into
+// staging, decoded and converted HND <-> NHD into the block), publishing; then the answer. Round 0
+// is a warm-up (it opens the link: the handshake, UCX endpoints) and is not in the median. Every
+// round must move all 128 blocks (moved_blocks, had_blocks checked); the decode node's pool is
+// emptied (Evict) after each round. After the last round the synthetic engine decodes the prompt on
+// the decode node: every handed-off block must be a pool hit and every dense-reference check must
+// pass. Variants: decode node HND (as the prefill node) and NHD (converted on receipt). Baseline:
+// the bytes the sender's peer service sent (block + header + checksum per block, in three messages)
+// divided by ucx_perftest ucp_am_bw's bandwidth with one whole bundle per message, the nodes' UCX
+// settings (tcp, lo, 1 MiB TCP segments); one perftest run after each timed round, the median
+// bandwidth.
 //
-// Also printed (INFO): the single-thread CPU cost of the stages the handoff runs one after the
-// other (encode on the sender, verify + copy on the receiver, measured on the prefill pool's
-// memory), the staging runs, and that the time to the first decodable layer is not measurable.
+// Also printed (INFO): the single-thread CPU cost of the stages (seal on the sender, in-place
+// verification or one-pass decode on the receiver; and the copies the wire form replaced),
+// measured on the prefill pool's memory, the staging runs, and that the time to the first
+// decodable layer is not measurable.
 //
 // Prints the rounds and
 //   RATIO handoff_4k_llama3_8b <median / (bytes / bw)> ucx_perftest_am_bw goal<=1.25
@@ -230,11 +233,14 @@ void RunVariant(Node& prefill, const TraceRequest& request, const Args& args,
   decode->Shutdown();
 }
 
-// Single-thread seconds of the CPU stages of a handoff for `blocks` blocks of `view`: encode
-// (copy + checksum, on the sender), verify (checksum) and decode (verify + copy, as the receiver
-// runs it) and the one-pass decode, through a ring of 16 bundles and 16 scratch blocks.
+// Single-thread seconds of the CPU stages of a handoff for `blocks` blocks of `view`, through a
+// ring of 16 bundles and 16 scratch blocks: what the handoff runs — the sender's seal (header and
+// checksum over the pool block, no copy), the receiver's in-place verification of a block that
+// landed in its pool, and for the converting receiver the one-pass decode from the slot — and,
+// for comparison, what it ran before the wire form sent blocks range by range: encode (copy into
+// staging + checksum), decode (verify, then copy).
 struct CpuStages {
-  double encode = 0, verify = 0, decode = 0, decode_one_pass = 0;
+  double seal = 0, verify_in_place = 0, encode = 0, verify = 0, decode = 0, decode_one_pass = 0;
 };
 CpuStages MeasureCpuStages(const KvPoolView& view, std::int64_t blocks) {
   constexpr std::int64_t kRing = 16;
@@ -279,6 +285,21 @@ CpuStages MeasureCpuStages(const KvPoolView& view, std::int64_t blocks) {
     KVMESH_CHECK(codec->DecodeOnePass(slot(i), id, scratch, i % kRing).ok());
   }
   out.decode_one_pass = Seconds(start);
+  start = std::chrono::steady_clock::now();
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    KVMESH_CHECK(codec->EncodeSeal(view, i % view.num_blocks, id, slot(i)).ok());
+  }
+  out.seal = Seconds(start);
+  // Each ring slot now holds a whole bundle again (the last seal written over the last bundle
+  // encoded there, both of the same pool block): its block goes into the scratch block of the same
+  // index, where the seal must verify it in place.
+  for (std::int64_t i = 0; i < kRing; ++i)
+    KVMESH_CHECK(codec->Decode(slot(i), id, scratch, i).ok());
+  start = std::chrono::steady_clock::now();
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    KVMESH_CHECK(codec->VerifyInPlace(slot(i % kRing), id, scratch, i % kRing).ok());
+  }
+  out.verify_in_place = Seconds(start);
   return out;
 }
 
@@ -338,9 +359,10 @@ int Run(int argc, char** argv) {
   Report(same, "HND -> HND");
   Report(converting, "HND -> NHD (converted on receipt)");
   std::printf(
-      "INFO handoff cpu stages, %ld blocks, one thread: encode %.4f s, verify %.4f s, decode "
-      "(verify + copy) %.4f s, one-pass decode %.4f s\n",
-      full, cpu.encode, cpu.verify, cpu.decode, cpu.decode_one_pass);
+      "INFO handoff cpu stages, %ld blocks, one thread: seal %.4f s, verify in place %.4f s, "
+      "one-pass decode (converting receiver) %.4f s; before the range-by-range wire form: encode "
+      "(copy + checksum) %.4f s, verify %.4f s, decode (verify + copy) %.4f s\n",
+      full, cpu.seal, cpu.verify_in_place, cpu.decode_one_pass, cpu.encode, cpu.verify, cpu.decode);
   std::printf(
       "INFO handoff_first_decodable_layer not measured: layer-by-layer streaming is not built "
       "(docs/handoff.md); whole blocks move after prefill, so the first layer is decodable only "

@@ -1,6 +1,6 @@
-// Fuzz target bundle_codec: store/block_bundle.h — BundleCodec::Verify and Decode on arbitrary
-// bytes, for pools of several geometries (bf16, fp8 with per-token-head scales, int8, nvfp4 with
-// block scales and a global scale, an MLA latent with an FP4 indexer; HND and NHD).
+// Fuzz target bundle_codec: store/block_bundle.h — BundleCodec::Verify, Decode and VerifyInPlace on
+// arbitrary bytes, for pools of several geometries (bf16, fp8 with per-token-head scales, int8,
+// nvfp4 with block scales and a global scale, an MLA latent with an FP4 indexer; HND and NHD).
 //
 // Input: [codec u8][mode u8][rest...]
 //   mode 0: the rest is the bundle;
@@ -9,7 +9,9 @@
 //   mode 2: as 1, then the checksum is recomputed (XXH3-128 over everything before it), so that
 //           the structural checks, not the checksum, decide.
 //   mode bit 3: verify against another content id.
-// Oracles: Decode succeeds exactly when Verify does; a failed Decode leaves the destination block
+// Oracles: VerifyInPlace (the bundle as a seal, its component ranges copied into the destination
+// block) succeeds exactly when Verify of the bundle with zero padding does, and refuses a short
+// seal; Decode succeeds exactly when Verify does; a failed Decode leaves the destination block
 // untouched (kCorruption); a successful one wrote exactly the bundle's block, so encoding the
 // destination block again gives a bundle that verifies, of the same size and with the same
 // header; an accepted bundle is bound to its content id (another id fails).
@@ -115,6 +117,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
 
   const KvPoolView& v = c.storage.view(0);
+  const auto bundle_bytes = static_cast<std::size_t>(c.codec.bundle_bytes());
+  if (bundle.size() < bundle_bytes) {
+    KVMESH_CHECK(c.codec.VerifyInPlace(bundle, id, v, kDestination).IsCorruption());
+  } else if (bundle.size() == bundle_bytes) {
+    // In place (remote fetch): the bundle's component ranges as received into the destination
+    // block, the bundle itself as the seal (its header and checksum ranges): it verifies exactly
+    // when the bundle with zero padding does.
+    for (const BundleRange& r : c.codec.data_ranges()) {
+      if (r.component < 0) continue;
+      std::memcpy(v.BlockBytes(static_cast<KvComponent>(r.component), kDestination),
+                  bundle.data() + r.offset, static_cast<std::size_t>(r.length));
+    }
+    std::vector<std::byte> padded = bundle;
+    c.codec.ZeroPadding(padded);
+    const Status in_place = c.codec.VerifyInPlace(bundle, id, v, kDestination);
+    KVMESH_CHECK_EQ(in_place.ok(), c.codec.Verify(padded, id).ok()) << in_place.ToString();
+    KVMESH_CHECK(in_place.ok() || in_place.IsCorruption()) << in_place.ToString();
+  }
   FillCanary(v, kDestination);
   const std::vector<std::uint8_t> before = BlockBytes(v, kDestination);
   const Status verified = c.codec.Verify(bundle, id);

@@ -121,27 +121,24 @@ Result<HandoffReceiver::Conversion> HandoffReceiver::MakeConversion() const {
       m.resize(static_cast<std::size_t>(l.BytesPerBlock()));
       scratch.base[k] = m.data();
     }
-    c.theirs.push_back(theirs);
     c.codecs.push_back(std::move(codec));
     c.scratch.push_back(scratch);
   }
   return c;
 }
 
-Status HandoffReceiver::Convert(const Conversion& c, std::size_t pool, std::int64_t block) const {
-  // The bundle was decoded into `block` in the sender's order: copy it out to the scratch block,
-  // then back into `block` in our order (block_copy converts HND <-> NHD).
-  const BlockCopyPair out{block, 0};
+Status HandoffReceiver::DecodeConverted(const Conversion& c, std::size_t pool,
+                                        std::span<const std::byte> bundle, const ContentId& id,
+                                        std::int64_t block) const {
+  // Verified and decoded as a block of the sender's order into the one-block scratch, then one
+  // copy into `block` in our order (block_copy converts HND <-> NHD on the way).
+  KVMESH_RETURN_IF_ERROR(c.codecs[pool].DecodeOnePass(bundle, id, c.scratch[pool], 0));
+  const BlockCopyPair pair{0, block};
   BlockCopyArgs a;
-  a.src = c.theirs[pool];
-  a.dst = c.scratch[pool];
-  a.pairs = &out;
-  a.num_pairs = 1;
-  KVMESH_RETURN_IF_ERROR(cpu::BlockCopy(a, nullptr));
-  const BlockCopyPair in{0, block};
   a.src = c.scratch[pool];
   a.dst = views_[pool];
-  a.pairs = &in;
+  a.pairs = &pair;
+  a.num_pairs = 1;
   KVMESH_RETURN_IF_ERROR(cpu::BlockCopy(a, nullptr));
   converted_.fetch_add(1);
   return Status::Ok();
@@ -184,8 +181,9 @@ Status HandoffReceiver::Handle(const SessionInfo& session, const rpc::HandoffReq
     RemoteFetchOptions o;
     o.deadline = left;
     if (convert) {
-      o.after_decode = [&](std::size_t pool, std::int64_t block) {
-        return Convert(conversion, pool, block);
+      o.decode = [&](std::size_t pool, std::span<const std::byte> bundle, const ContentId& id,
+                     std::int64_t block) {
+        return DecodeConverted(conversion, pool, bundle, id, block);
       };
       o.remote_id = [&](const ContentId& local) {
         const auto it = std::find(plan.content_ids.begin(), plan.content_ids.end(), local);
@@ -194,7 +192,7 @@ Status HandoffReceiver::Handle(const SessionInfo& session, const rpc::HandoffReq
                    : sender_ids[static_cast<std::size_t>(it - plan.content_ids.begin())];
       };
     }
-    RemoteFetcher fetcher(o, cache_, sessions_, &locator, convert ? conversion.theirs : views_,
+    RemoteFetcher fetcher(o, cache_, sessions_, &locator, views_,
                           convert ? conversion.codecs : codecs_);
     RemoteFetchResult r = fetcher.Fetch(prompt, options);  // published; pins released at the end
     moved += r.fetched;

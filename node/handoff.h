@@ -25,9 +25,10 @@
 //      computes, never wrong data.
 // Layout conversion: when the sender's pools are in the other order (HND vs NHD; the hello's
 // fingerprints equal ours but for the order: PeerSessions::OtherOrder), each bundle is verified and
-// decoded as a block of the sender's geometry into the reserved (hidden) block, then converted in
-// place through a one-block scratch (kernels/block_copy.h) before it is published. CPU-addressable
-// pools only (the node's pools here are host memory). Everything else must be equal.
+// decoded as a block of the sender's geometry into a one-block scratch, then copied into the
+// reserved (hidden) block in our order (kernels/block_copy.h converts) before it is published.
+// CPU-addressable pools only (the node's pools here are host memory). Everything else must be
+// equal.
 //
 // Thread safety: both thread-safe; HandOff and Handle block (network, transfers).
 #pragma once
@@ -97,15 +98,18 @@ class HandoffReceiver {
   }
 
  private:
-  // Our pools' memory and bundles described in the other order, and a one-block scratch per pool.
+  // The sender's bundles (our geometry in the other order) and a one-block scratch per pool in
+  // that order.
   struct Conversion {
-    std::vector<KvPoolView> theirs;
     std::vector<BundleCodec> codecs;
     std::vector<KvPoolView> scratch;
     std::vector<std::vector<std::byte>> memory;
   };
   Result<Conversion> MakeConversion() const;
-  Status Convert(const Conversion& c, std::size_t pool, std::int64_t block) const;
+  // RemoteFetchOptions::decode of a converting handoff: verify and decode into the scratch, then
+  // one converting copy into reserved block `block`.
+  Status DecodeConverted(const Conversion& c, std::size_t pool, std::span<const std::byte> bundle,
+                         const ContentId& id, std::int64_t block) const;
 
   TieredCache* const cache_;
   PeerSessions* const sessions_;

@@ -233,7 +233,6 @@ Status Node::StartPeers() {
   KeyNamespace other_ns = cache_->manager().config().key_namespace;
   other_ns.layout = other_ns.layout == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
   o.other_order_namespace_digest = NamespaceDigest(other_ns);
-  std::vector<std::int64_t> bundle_bytes;
   for (const RankPool& p : pools_.pools()) {
     KVMESH_ASSIGN_OR_RETURN(BundleCodec codec, BundleCodec::Create(p.layout, p.pool_scale));
     o.fingerprints.push_back(codec.fingerprint());
@@ -241,7 +240,6 @@ Status Node::StartPeers() {
     o.other_order_fingerprints.push_back(FingerprintOf(WithOrder(p.layout, other), p.pool_scale));
     o.staging_slot_bytes =
         std::max(o.staging_slot_bytes, static_cast<std::uint64_t>(codec.bundle_bytes()));
-    bundle_bytes.push_back(codec.bundle_bytes());
     codecs.push_back(std::move(codec));
   }
   o.staging_slots = static_cast<std::uint32_t>(
@@ -251,10 +249,19 @@ Status Node::StartPeers() {
   o.connect_timeout = c.fetch_deadline;
   o.transfer.ucx.tls = c.ucx_tls;
   o.transfer.ucx.net_devices = c.ucx_net_devices;
+  // The pools' memory, registered once: a holder sends pooled blocks straight from it.
+  for (const KvPoolView& v : pools_.views()) {
+    for (int k = 0; k < kNumKvComponents; ++k) {
+      const PagedTensorLayout& l = v.layout.components[k];
+      if (!l.present() || v.base[k] == nullptr) continue;
+      o.pool_memory.emplace_back(static_cast<std::byte*>(v.base[k]),
+                                 static_cast<std::size_t>(l.BytesPerBlock() * v.num_blocks));
+    }
+  }
   KVMESH_ASSIGN_OR_RETURN(peer_sessions_, PeerSessions::Create(std::move(o), peers_.get()));
   block_source_ = std::make_unique<CacheBlockSource>(cache_.get(), pools_.views(), codecs);
   peer_service_ = std::make_unique<PeerService>(PeerServiceOptions{}, peer_sessions_.get(),
-                                                block_source_.get(), std::move(bundle_bytes));
+                                                block_source_.get(), codecs);
   // In a cluster the directory says who holds a prefix; without one, every known peer is asked.
   PrefixLocator* locator = directory_.get();
   if (locator == nullptr) {

@@ -68,38 +68,50 @@ bool CacheBlockSource::EncodeFromTier(const ContentId& id,
   return true;
 }
 
-std::int64_t CacheBlockSource::Encode(std::span<const ContentId> ids,
-                                      std::span<const std::span<std::byte>> out) {
-  BlockManager& m = cache_->manager();
+bool CacheBlockSource::Encode(std::span<const ContentId> ids, std::size_t i,
+                              std::span<const std::span<std::byte>> slots, Prepared* out) {
   const std::size_t pools = codecs_.size();
-  std::int64_t done = 0;
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    const std::span<const std::span<std::byte>> slots = out.subspan(i * pools, pools);
-    Result<PinnedBlocks> pins = m.PinByContentId(ids[i]);
-    if (pins.ok() && pins->size() == pools) {
-      bool ok = true;
-      for (const PinnedBlockRef& ref : pins->blocks()) {
-        const auto p = static_cast<std::size_t>(ref.pool.value);
-        ok =
-            ok && p < pools && codecs_[p].Encode(views_[p], ref.block.value, ids[i], slots[p]).ok();
-      }
-      if (ok) {
-        ++done;
-        continue;
+  Result<PinnedBlocks> pins = cache_->manager().PinByContentId(ids[i]);
+  if (pins.ok() && pins->size() == pools) {
+    bool ok = true;
+    for (const PinnedBlockRef& ref : pins->blocks()) {
+      const auto p = static_cast<std::size_t>(ref.pool.value);
+      ok = ok && p < pools &&
+           codecs_[p].EncodeSeal(views_[p], ref.block.value, ids[i], slots[p]).ok();
+      if (!ok) break;
+      for (int c = 0; c < kNumKvComponents; ++c) {
+        if (views_[p].layout.components[c].present()) {
+          out->payload[p][static_cast<std::size_t>(c)] = reinterpret_cast<const std::byte*>(
+              views_[p].BlockBytes(static_cast<KvComponent>(c), ref.block.value));
+        }
       }
     }
-    if (!EncodeFromTier(ids[i], slots)) break;
-    ++done;
+    if (ok) {
+      out->pins = std::move(pins).value();
+      return true;
+    }
+    for (auto& payload : out->payload) payload.fill(nullptr);
   }
-  return done;
+  return EncodeFromTier(ids[i], slots);
 }
 
+namespace {
+
+std::vector<std::int64_t> BundleBytesOf(const std::vector<BundleCodec>& codecs) {
+  std::vector<std::int64_t> out;
+  for (const BundleCodec& c : codecs) out.push_back(c.bundle_bytes());
+  return out;
+}
+
+}  // namespace
+
 PeerService::PeerService(PeerServiceOptions options, PeerSessions* sessions, BlockSource* source,
-                         std::vector<std::int64_t> bundle_bytes)
+                         std::vector<BundleCodec> codecs)
     : options_(options),
       sessions_(sessions),
       source_(source),
-      bundle_bytes_(std::move(bundle_bytes)) {}
+      codecs_(std::move(codecs)),
+      bundle_bytes_(BundleBytesOf(codecs_)) {}
 
 bool PeerService::Handles(rpc::Request::BodyCase body) {
   switch (body) {
@@ -182,36 +194,101 @@ Status PeerService::FetchBlocks(const SessionInfo& session, const rpc::FetchBloc
   }
   KVMESH_ASSIGN_OR_RETURN(StagingLease lease, staging.Acquire(n, deadline));
   std::vector<std::span<std::byte>> spans(n);
-  std::vector<Slice> slices(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const auto len = static_cast<std::uint64_t>(bundle_bytes_[i % pools]);
-    spans[i] = lease.bytes(i).first(len);
-    slices[i] = lease.slice(i, len);
+    spans[i] = lease.bytes(i).first(static_cast<std::uint64_t>(bundle_bytes_[i % pools]));
   }
-  const std::int64_t encoded = source_->Encode(ids, spans);
-  for (std::size_t i = static_cast<std::size_t>(encoded) * pools; i < n; ++i) {
-    std::memset(spans[i].data(), 0, spans[i].size());  // not held: a miss for the requester
-  }
+  std::size_t ranges = 0;  // wire slices per block: every pool's data ranges
+  for (const BundleCodec& c : codecs_) ranges += c.data_ranges().size();
+  // Block by block: each block's slices go on the wire as soon as it is sealed, so that UCX sends
+  // block i (and the requester decodes it) while block i + 1 is prepared. Every send of part of
+  // the grant completes when the whole grant has (transfer_engine.h); all are waited for before
+  // the pins and the lease go, on every path.
+  std::vector<Slice> wire;
+  wire.reserve(ids.size() * ranges);
+  std::vector<PinnedBlocks> pins;
+  pins.reserve(ids.size());
   SendRequest send;
   send.receiver = peer;
   send.transfer = transfer;
-  send.slices = slices;
   send.deadline = SystemClock::Default()->Now() + deadline_ms;
-  KVMESH_ASSIGN_OR_RETURN(TransferOp op, sessions_->engine().Send(send));
-  Status st = op.Wait();  // the lease (and the pins, released already) outlive UCX's reads
+  std::vector<TransferOp> ops;
+  ops.reserve(ids.size());
+  Status st;
+  std::size_t encoded = 0;
+  while (encoded < ids.size() && st.ok()) {
+    const std::size_t first = wire.size();
+    std::size_t blocks = 1;
+    BlockSource::Prepared prepared;
+    prepared.payload.assign(pools, {});
+    if (source_->Encode(ids, encoded, std::span(spans).subspan(encoded * pools, pools),
+                        &prepared)) {
+      AppendWire(encoded, prepared, lease, spans, &wire);
+      pins.push_back(std::move(prepared.pins));
+      ++encoded;
+    } else {
+      // Not held any more: this block and the rest go as zeros (a miss for the requester).
+      blocks = ids.size() - encoded;
+      prepared.payload.assign(pools, {});
+      for (std::size_t b = encoded; b < ids.size(); ++b) {
+        for (std::size_t p = 0; p < pools; ++p) {
+          std::memset(spans[b * pools + p].data(), 0, spans[b * pools + p].size());
+        }
+        AppendWire(b, prepared, lease, spans, &wire);
+      }
+    }
+    send.first_slice = static_cast<std::uint32_t>(first);
+    send.slices = std::span<const Slice>(wire).subspan(first);
+    Result<TransferOp> op = sessions_->engine().Send(send);
+    if (op.ok()) {
+      ops.push_back(std::move(op).value());
+    } else {
+      st = op.status();
+    }
+    if (blocks != 1) break;
+  }
+  // A send that could not start leaves the grant incomplete: the ones in flight would wait for
+  // it until the deadline, so they are cancelled. The lease and the pins outlive UCX's reads.
+  if (!st.ok() && !ops.empty()) static_cast<void>(sessions_->engine().CancelSend(peer, transfer));
+  for (TransferOp& op : ops) {
+    Status done = op.Wait();
+    if (st.ok()) st = std::move(done);
+  }
   if (!st.ok()) {
     if (st.code() == StatusCode::kPeerUnreachable || st.code() == StatusCode::kTimedOut) {
       sessions_->MarkFailed(session.client_name);
     }
     return st.WithContext(StrCat("fetch_blocks send to ", session.client_name));
   }
-  sent_.fetch_add(encoded);
-  missing_.fetch_add(static_cast<std::int64_t>(ids.size()) - encoded);
+  sent_.fetch_add(static_cast<std::int64_t>(encoded));
+  missing_.fetch_add(static_cast<std::int64_t>(ids.size() - encoded));
   std::int64_t bytes = 0;
-  for (const Slice& s : slices) bytes += static_cast<std::int64_t>(s.length);
+  for (const Slice& s : wire) bytes += static_cast<std::int64_t>(s.length);
   bytes_.fetch_add(bytes);
   out->set_sent_blocks(static_cast<std::int32_t>(encoded));
   return Status::Ok();
+}
+
+void PeerService::AppendWire(std::size_t block, const BlockSource::Prepared& prepared,
+                             const StagingLease& lease, std::span<const std::span<std::byte>> slots,
+                             std::vector<Slice>* wire) const {
+  const std::size_t pools = codecs_.size();
+  for (std::size_t p = 0; p < pools; ++p) {
+    const std::size_t slot = block * pools + p;
+    const Slice whole = lease.slice(slot, static_cast<std::uint64_t>(bundle_bytes_[p]));
+    for (const BundleRange& r : codecs_[p].data_ranges()) {
+      const auto length = static_cast<std::uint64_t>(r.length);
+      const std::byte* from =
+          r.component >= 0 ? prepared.payload[p][static_cast<std::size_t>(r.component)] : nullptr;
+      if (from != nullptr) {
+        if (const std::optional<Slice> direct = sessions_->PoolSlice(from, length)) {
+          wire->push_back(*direct);
+          continue;
+        }
+        std::memcpy(slots[slot].data() + r.offset, from, length);  // not registered memory
+      }
+      wire->push_back({whole.region, whole.offset + static_cast<std::uint64_t>(r.offset), length});
+    }
+  }
 }
 
 PeerServiceStats PeerService::stats() const {

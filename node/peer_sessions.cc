@@ -48,6 +48,11 @@ Result<std::unique_ptr<PeerSessions>> PeerSessions::Create(PeerSessionsOptions o
   Result<std::unique_ptr<TransferEngine>> engine = TransferEngine::Create(s->options_.transfer);
   if (!engine.ok()) return engine.status().WithContext("peer transfer engine");
   s->engine_ = std::move(engine).value();
+  for (const std::span<std::byte> source : s->options_.pool_memory) {
+    Result<RegionId> region = s->engine_->RegisterRegion(source.data(), source.size());
+    if (!region.ok()) return region.status().WithContext("peer send source (pool memory)");
+    s->pool_regions_.push_back(*region);
+  }
   KVMESH_ASSIGN_OR_RETURN(s->send_staging_,
                           StagingArena::Create(s->engine_.get(), s->options_.staging_slot_bytes,
                                                s->options_.staging_slots));
@@ -66,7 +71,20 @@ PeerSessions::~PeerSessions() {
   // every user of a lease waits for its operation to complete first.
   send_staging_.reset();
   receive_staging_.reset();
+  for (RegionId region : pool_regions_) static_cast<void>(engine_->DeregisterRegion(region));
   engine_.reset();
+}
+
+std::optional<Slice> PeerSessions::PoolSlice(const void* p, std::uint64_t length) const {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  for (std::size_t i = 0; i < pool_regions_.size(); ++i) {
+    const auto base = reinterpret_cast<std::uintptr_t>(options_.pool_memory[i].data());
+    const std::uint64_t size = options_.pool_memory[i].size();
+    if (at >= base && length <= size && at - base <= size - length) {
+      return Slice{pool_regions_[i], at - base, length};
+    }
+  }
+  return std::nullopt;
 }
 
 PeerId PeerSessions::IdOf(const std::string& node_id) {

@@ -19,8 +19,10 @@
 // that comes back is used again without restarting this node.
 //
 // Memory: the engine is created here, with two staging arenas (send and receive) registered once
-// at start. Pool memory is not registered: peer blocks travel as bundles through staging (they are
-// verified there before any byte reaches a pool block).
+// at start, and the pools' memory registered once too (options.pool_memory): a holder sends a
+// pooled block's bytes straight from its pool (node/peer_service.h), and a requester receives
+// them straight into hidden reserved blocks, verified there before they are published
+// (node/remote_fetch.h). UCX writes into pool memory only through a grant of reserved blocks.
 //
 // Thread safety: thread-safe. A PeerLink serialises its calls (one request at a time per link).
 #pragma once
@@ -29,6 +31,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -59,6 +63,10 @@ struct PeerSessionsOptions {
   std::chrono::milliseconds request_timeout{2000};  // of one peer RPC
   std::uint64_t staging_slot_bytes = 0;             // >= the largest bundle of any pool
   std::uint32_t staging_slots = 64;                 // per arena (send, receive)
+  // The pools' component arrays, registered with the engine at Create (sends read from them,
+  // grants of reserved blocks write into them); they must stay mapped until the PeerSessions is
+  // destroyed.
+  std::vector<std::span<std::byte>> pool_memory;
   TransferEngineOptions transfer;
 };
 
@@ -101,6 +109,9 @@ class PeerSessions {
   TransferEngine& engine() { return *engine_; }
   StagingArena& send_staging() { return *send_staging_; }
   StagingArena& receive_staging() { return *receive_staging_; }
+  // The slice for [p, p + length) when it lies inside one of options().pool_memory; nullopt
+  // otherwise (then the bytes must be copied into send staging first).
+  [[nodiscard]] std::optional<Slice> PoolSlice(const void* p, std::uint64_t length) const;
 
   // A live link to `node_id` (connecting and saying hello when there is none or it broke).
   // kNotFound: not in the peer table; kPeerUnreachable / kPermissionDenied / kTimedOut: connect,
@@ -137,6 +148,7 @@ class PeerSessions {
   std::unique_ptr<TransferEngine> engine_;
   std::unique_ptr<StagingArena> send_staging_;
   std::unique_ptr<StagingArena> receive_staging_;
+  std::vector<RegionId> pool_regions_;  // one per options_.pool_memory entry
 
   mutable Mutex mu_;
   std::uint64_t next_id_ KVMESH_GUARDED_BY(mu_) = 1;

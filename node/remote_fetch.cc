@@ -1,9 +1,14 @@
 #include "node/remote_fetch.h"
 
 #include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <optional>
+#include <thread>
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "common/thread_annotations.h"
 #include "node/peer_service.h"
 
 namespace kvmesh {
@@ -12,6 +17,83 @@ namespace {
 std::string Wire(const ContentId& id) {
   return {reinterpret_cast<const char*>(id.bytes.data()), ContentId::kBytes};
 }
+
+// Decodes a run's blocks on its own thread as they arrive, while later blocks are still on the
+// wire: block i (grant slices i * per_block .. i * per_block + per_block - 1) once each of its
+// slices is whole (GrantRequest::on_slice: UCX never writes into a filled slice again), in order,
+// stopping at the first block that fails. Slots the holder sent as zeros (blocks it no longer held)
+// fail like a foreign block; the caller tells the two apart with the holder's sent count.
+class ArrivalDecoder {
+ public:
+  struct Outcome {
+    std::int64_t decoded = 0;  // blocks [0, decoded) verified and decoded
+    Status failure;            // why block `decoded` was not (when one arrived and failed)
+  };
+
+  ArrivalDecoder(std::int64_t blocks, std::size_t per_block,
+                 std::function<Status(std::int64_t block)> decode)
+      : blocks_(blocks),
+        per_block_(static_cast<std::uint32_t>(per_block)),
+        decode_(std::move(decode)),
+        arrived_(static_cast<std::size_t>(blocks), 0),
+        thread_([this] { Run(); }) {}
+  ~ArrivalDecoder() { static_cast<void>(Finish()); }
+  ArrivalDecoder(const ArrivalDecoder&) = delete;
+  ArrivalDecoder& operator=(const ArrivalDecoder&) = delete;
+
+  // GrantRequest::on_slice (the transfer engine's progress thread): short, never blocks long.
+  void OnSlice(std::uint32_t slice) {
+    const std::size_t block = slice / per_block_;
+    {
+      MutexLock lock(&mu_);
+      if (block >= arrived_.size() || ++arrived_[block] < per_block_) return;
+    }
+    cv_.notify_one();
+  }
+
+  // No slice is filled any more (the grant completed or failed): decodes the blocks that are whole
+  // and not decoded yet, then joins the thread. Idempotent.
+  Outcome Finish() {
+    {
+      MutexLock lock(&mu_);
+      finished_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+    return outcome_;
+  }
+
+ private:
+  void Run() {
+    for (std::int64_t i = 0; i < blocks_; ++i) {
+      {
+        MutexLock lock(&mu_);
+        const auto b = static_cast<std::size_t>(i);
+        AwaitCondition(cv_, mu_, [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
+          return arrived_[b] == per_block_ || finished_;
+        });
+        if (arrived_[b] != per_block_)
+          return;  // finished without it: not sent, or the grant failed
+      }
+      Status st = decode_(i);
+      if (!st.ok()) {
+        outcome_.failure = std::move(st);
+        return;
+      }
+      outcome_.decoded = i + 1;
+    }
+  }
+
+  const std::int64_t blocks_;
+  const std::uint32_t per_block_;
+  const std::function<Status(std::int64_t)> decode_;
+  Mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::uint32_t> arrived_ KVMESH_GUARDED_BY(mu_);
+  bool finished_ KVMESH_GUARDED_BY(mu_) = false;
+  Outcome outcome_;     // written by the thread only, read after the join
+  std::thread thread_;  // last: started once everything above exists
+};
 
 }  // namespace
 
@@ -58,7 +140,22 @@ RemoteFetcher::RemoteFetcher(RemoteFetchOptions options, TieredCache* cache, Pee
       sessions_(sessions),
       locator_(locator),
       views_(std::move(views)),
-      codecs_(std::move(codecs)) {}
+      codecs_(std::move(codecs)),
+      in_place_(InPlace(options_, *sessions_, views_)) {}
+
+bool RemoteFetcher::InPlace(const RemoteFetchOptions& options, const PeerSessions& sessions,
+                            const std::vector<KvPoolView>& views) {
+  if (options.decode) return false;
+  for (const KvPoolView& v : views) {
+    for (int c = 0; c < kNumKvComponents; ++c) {
+      const PagedTensorLayout& l = v.layout.components[c];
+      if (!l.present()) continue;
+      const auto bytes = static_cast<std::uint64_t>(l.BytesPerBlock() * v.num_blocks);
+      if (v.base[c] == nullptr || !sessions.PoolSlice(v.base[c], bytes)) return false;
+    }
+  }
+  return true;
+}
 
 RemoteFetcher::Choice RemoteFetcher::ChooseHolder(
     const std::vector<std::vector<BlockHolder>>& holders) {
@@ -134,16 +231,46 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
   const std::size_t n = static_cast<std::size_t>(reserved.count()) * pools;
   // Declared after the reservation: destroyed first, but only once the grant completed (below).
   KVMESH_ASSIGN_OR_RETURN(StagingLease lease, sessions_->receive_staging().Acquire(n, deadline));
-  std::vector<Slice> slices(n);
+  // The wire form (node/peer_service.h): each slot is granted range by range — its bundle's data
+  // ranges — and its padding zeroed here, so that once every range arrived the slot holds the
+  // whole bundle the holder sealed.
+  // In place (in_place_), the component ranges land straight in the reserved blocks instead, and
+  // only the header and checksum in the slot.
+  std::vector<Slice> slices;
+  std::size_t ranges = 0;  // per block
+  for (const BundleCodec& c : codecs_) ranges += c.data_ranges().size();
+  slices.reserve(static_cast<std::size_t>(reserved.count()) * ranges);
   for (std::size_t i = 0; i < n; ++i) {
-    slices[i] = lease.slice(i, static_cast<std::uint64_t>(codecs_[i % pools].bundle_bytes()));
+    const std::size_t p = i % pools;
+    const std::int64_t block =
+        reserved.block(static_cast<std::int64_t>(i / pools), static_cast<int>(p)).value;
+    const BundleCodec& codec = codecs_[p];
+    if (!in_place_) codec.ZeroPadding(lease.bytes(i));
+    const Slice whole = lease.slice(i, static_cast<std::uint64_t>(codec.bundle_bytes()));
+    for (const BundleRange& r : codec.data_ranges()) {
+      const auto length = static_cast<std::uint64_t>(r.length);
+      if (in_place_ && r.component >= 0) {
+        const std::optional<Slice> into = sessions_->PoolSlice(
+            views_[p].BlockBytes(static_cast<KvComponent>(r.component), block), length);
+        if (!into) return Status::Internal("remote fetch: a reserved block outside the pools");
+        slices.push_back(*into);
+        continue;
+      }
+      slices.push_back({whole.region, whole.offset + static_cast<std::uint64_t>(r.offset), length});
+    }
   }
+  // Each block is verified and decoded into its reserved block as soon as its slices are whole,
+  // while the rest of the run is on the wire (the holder sends block by block as it seals them).
+  // Declared after the lease and the reservation: joined before either goes.
+  ArrivalDecoder decoder(reserved.count(), ranges,
+                         [&](std::int64_t i) { return DecodeBlock(reserved, lease, i); });
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
   GrantRequest grant;
   grant.sender = link->id();
   grant.slices = slices;
   grant.deadline = SystemClock::Default()->Now() + left;
+  grant.on_slice = [&decoder](std::uint32_t slice) { decoder.OnSlice(slice); };
   KVMESH_ASSIGN_OR_RETURN(TransferOp op, sessions_->engine().Grant(grant));
   rpc::Request req;
   req.set_timeout_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(left.count(), 1)));
@@ -169,6 +296,7 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
     return answer.status();  // the reservation is freed unpublished; the lease after the wait
   }
   Status st = op.Wait();
+  const ArrivalDecoder::Outcome decoded = decoder.Finish();
   if (!st.ok()) {
     sessions_->MarkFailed(choice.node_id);
     return st.WithContext("fetch grant");
@@ -178,10 +306,16 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
   bytes_.fetch_add(bytes);
   // The holder encodes the blocks it still holds, from the first; the slots after those are
   // zeros (a stale directory entry or an eviction since it was asked): misses, not blocks that
-  // failed verification.
+  // failed verification. The first failure below `held` ends the run (that block and the rest are
+  // not published).
   const std::int64_t held =
       std::clamp<std::int64_t>(answer->fetch_blocks().sent_blocks(), 0, reserved.count());
-  const std::int64_t ready = DecodeArrived(reserved, lease, held);
+  const std::int64_t ready = std::min(decoded.decoded, held);
+  if (ready < held) {
+    refused_.fetch_add(1);
+    KVMESH_LOG_WARN("remote block refused index {} content_id {} error {}", ready,
+                    reserved.content_id(ready).ToHex(), decoded.failure.ToString());
+  }
   KVMESH_ASSIGN_OR_RETURN(PublishedRestore published,
                           m.PublishRestore(std::move(reserved), ready, /*keep_pinned=*/true));
   fetched_.fetch_add(published.published);
@@ -193,29 +327,24 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
   return out;
 }
 
-std::int64_t RemoteFetcher::DecodeArrived(const RestoreReservation& r, const StagingLease& lease,
-                                          std::int64_t held) {
+Status RemoteFetcher::DecodeBlock(const RestoreReservation& r, const StagingLease& lease,
+                                  std::int64_t i) const {
   const std::size_t pools = codecs_.size();
-  for (std::int64_t i = 0; i < held; ++i) {
-    for (std::size_t p = 0; p < pools; ++p) {
-      const std::size_t slot = static_cast<std::size_t>(i) * pools + p;
-      const std::span<const std::byte> bundle =
-          lease.bytes(slot).first(static_cast<std::size_t>(codecs_[p].bundle_bytes()));
-      const std::int64_t block = r.block(i, static_cast<int>(p)).value;
-      // One pass (copied while checksummed, as the host tier restores): the destination is a
-      // reserved block, hidden until PublishRestore, which publishes only the verified prefix —
-      // a block whose check fails here, with whatever part of the payload it got, is freed unseen.
-      Status st = codecs_[p].DecodeOnePass(bundle, RemoteId(r, i), views_[p], block);
-      if (st.ok() && options_.after_decode) st = options_.after_decode(p, block);
-      if (!st.ok()) {
-        refused_.fetch_add(1);
-        KVMESH_LOG_WARN("remote block refused index {} pool {} content_id {} error {}", i, p,
-                        r.content_id(i).ToHex(), st.ToString());
-        return i;
-      }
-    }
+  for (std::size_t p = 0; p < pools; ++p) {
+    const std::size_t slot = static_cast<std::size_t>(i) * pools + p;
+    const std::span<const std::byte> bundle =
+        lease.bytes(slot).first(static_cast<std::size_t>(codecs_[p].bundle_bytes()));
+    const std::int64_t block = r.block(i, static_cast<int>(p)).value;
+    // One pass (copied while checksummed, as the host tier restores): the destination is a
+    // reserved block, hidden until PublishRestore, which publishes only the verified prefix — a
+    // block whose check fails here, with whatever part of the payload it got, is freed unseen.
+    const ContentId id = RemoteId(r, i);
+    Status st = in_place_         ? codecs_[p].VerifyInPlace(bundle, id, views_[p], block)
+                : options_.decode ? options_.decode(p, bundle, id, block)
+                                  : codecs_[p].DecodeOnePass(bundle, id, views_[p], block);
+    KVMESH_RETURN_IF_ERROR(st.WithContext(StrCat("pool ", p)));
   }
-  return held;
+  return Status::Ok();
 }
 
 ContentId RemoteFetcher::RemoteId(const RestoreReservation& r, std::int64_t i) const {

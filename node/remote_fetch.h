@@ -22,12 +22,24 @@
 //      writes into the slots);
 //   5. verify each bundle against its content id and our pool's geometry (BundleCodec::
 //      DecodeOnePass: fingerprint, shape and content id before any byte is copied, the checksum
-//      while it is copied into the reserved block); the first failure ends the run (that block
-//      is not published);
+//      while it is copied into the reserved block) — block by block as the slots arrive
+//      (GrantRequest::on_slice), on a decoder thread of the fetch, while the holder is still
+//      encoding and sending the next blocks; the first failure ends the run (that block is not
+//      published);
 //   6. PublishRestore(ready, keep_pinned): the verified blocks enter the tree, pinned; the rest of
 //      the reservation is freed. The returned pins are held by the caller across AddSequence.
-// Never is a pool block written by UCX: bytes land in staging and are copied into the hidden
-// reserved blocks by the decode, and only the blocks that verified are published. A failed or
+// Where the bytes land: a bundle travels range by range (node/peer_service.h: header, each
+// component, checksum). In place — the node's pools registered with the engine (PeerSessions::
+// pool_memory) and no conversion — the component ranges are granted straight into the hidden
+// reserved blocks and the header and checksum into a receive-staging slot; each block is then
+// verified where it lies (BundleCodec::VerifyInPlace: the header checked completely, the checksum
+// over the header, the block and zero padding), no byte copied. Otherwise every range lands in the
+// slot and the one-pass decode (or options.decode) copies it into the reserved block. Either way
+// UCX writes only into memory granted for this transfer to this holder — reserved blocks that no
+// tree, block table or engine sees — until the grant completed (the engine completes a grant only
+// once UCX no longer writes into it, cancelled or not; the reservation and the lease outlive it),
+// and only the blocks that verified are published; one that failed, whatever it holds, is freed
+// unseen. A failed or
 // timed-out transfer marks the link failed (the next fetch reconnects). The tenant salt is part of
 // the content ids, computed here from the requesting engine's options.
 //
@@ -63,10 +75,14 @@ class AskPeersLocator final : public PrefixLocator {
 struct RemoteFetchOptions {
   std::chrono::milliseconds deadline{2000};  // of one fetch, from the plan to the last byte
   std::int32_t max_blocks = 1024;            // per fetch
-  // Called for each block once its bundle of pool `pool` was decoded into reserved block `block`
-  // (hidden, in no tree), before it is published; an error refuses the block like a failed
-  // verification. The handoff's layout conversion (node/handoff.h); empty: nothing.
-  std::function<Status(std::size_t pool, std::int64_t block)> after_decode;
+  // Verifies pool `pool`'s bundle against `id` and the holder's geometry and decodes it into
+  // reserved block `block` (hidden, in no tree) before it is published; an error refuses the
+  // block. Empty: the pool's codec decodes it in one pass (BundleCodec::DecodeOnePass). The
+  // handoff's layout conversion sets it (node/handoff.h). Runs on the fetch's decoder thread, one
+  // block at a time.
+  std::function<Status(std::size_t pool, std::span<const std::byte> bundle, const ContentId& id,
+                       std::int64_t block)>
+      decode;
   // The holder's content id of our block `local` (asked for and verified against; the block is
   // published under `local`): the handoff from a node in the other order, whose key namespace
   // differs. Empty: the same id.
@@ -88,7 +104,8 @@ struct RemoteFetchStats {
 
 class RemoteFetcher {
  public:
-  // All outlive the fetcher; `views` are the pools' memory, `codecs` their bundle codecs.
+  // All outlive the fetcher; `views` are the pools' memory, `codecs` the holder's bundle codecs
+  // (the pools' own, unless options.decode converts from another layout).
   RemoteFetcher(RemoteFetchOptions options, TieredCache* cache, PeerSessions* sessions,
                 PrefixLocator* locator, std::vector<KvPoolView> views,
                 std::vector<BundleCodec> codecs);
@@ -106,18 +123,23 @@ class RemoteFetcher {
   Result<RemoteFetchResult> FetchFrom(std::span<const Token> prompt, const SequenceOptions& options,
                                       const RestorePlan& plan, const Choice& choice,
                                       std::chrono::steady_clock::time_point deadline);
-  // Verifies and decodes the first `held` blocks that arrived (those the holder said it sent);
-  // returns the verified prefix length.
-  std::int64_t DecodeArrived(const RestoreReservation& r, const StagingLease& lease,
-                             std::int64_t held);
+  // Verifies block i of the run in every pool's slot and decodes it into its reserved block
+  // (options_.decode when set). Runs on the run's decoder thread.
+  Status DecodeBlock(const RestoreReservation& r, const StagingLease& lease, std::int64_t i) const;
   [[nodiscard]] ContentId RemoteId(const RestoreReservation& r, std::int64_t i) const;
 
   const RemoteFetchOptions options_;
   TieredCache* const cache_;
   PeerSessions* const sessions_;
   PrefixLocator* const locator_;
+  // Whether blocks are received in place: no options_.decode and every pool's memory registered
+  // with the engine (PeerSessions::PoolSlice).
+  static bool InPlace(const RemoteFetchOptions& options, const PeerSessions& sessions,
+                      const std::vector<KvPoolView>& views);
+
   const std::vector<KvPoolView> views_;
   const std::vector<BundleCodec> codecs_;
+  const bool in_place_;
   std::atomic<std::int64_t> fetches_{0}, fetched_{0}, refused_{0}, failed_{0}, bytes_{0};
 };
 

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/check.h"
 #include "common/strings.h"
 #include "store/stream_copy.h"
 
@@ -168,6 +169,12 @@ Result<BundleCodec> BundleCodec::Create(const KvPoolLayout& layout, float pool_s
     offset = RoundUp(offset + ComponentBytes(layout, c), kBundleAlignment);
   }
   codec.bundle_bytes_ = offset + kBundleChecksumBytes;
+  codec.data_ranges_.push_back({0, codec.payload_offset_, -1});
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    if (codec.component_offset_[c] < 0) continue;
+    codec.data_ranges_.push_back({codec.component_offset_[c], ComponentBytes(layout, c), c});
+  }
+  codec.data_ranges_.push_back({offset, kBundleChecksumBytes, -1});
 
   codec.BuildHeaderTemplate();
   return codec;
@@ -255,6 +262,51 @@ Status BundleCodec::EncodePieces(const KvPoolView& src, std::int64_t block, cons
   out->checksum = Canonical(XXH3_128bits_digest(&state));
   out->pieces[out->count++] = {out->checksum.data(), out->checksum.size()};
   return Status::Ok();
+}
+
+Status BundleCodec::EncodeSeal(const KvPoolView& src, std::int64_t block, const ContentId& id,
+                               std::span<std::byte> out) const {
+  if (static_cast<std::int64_t>(out.size()) < bundle_bytes_) {
+    return Status::InvalidArgument(
+        StrCat("bundle codec: output of ", out.size(), " bytes, a bundle needs ", bundle_bytes_));
+  }
+  BundlePieces pieces;
+  KVMESH_RETURN_IF_ERROR(EncodePieces(src, block, id, &pieces));
+  std::memcpy(out.data(), pieces.header.data(), payload_offset_);
+  std::memcpy(out.data() + bundle_bytes_ - kBundleChecksumBytes, pieces.checksum.data(),
+              kBundleChecksumBytes);
+  return Status::Ok();
+}
+
+Status BundleCodec::VerifyInPlace(std::span<const std::byte> seal, const ContentId& id,
+                                  const KvPoolView& view, std::int64_t block) const {
+  KVMESH_RETURN_IF_ERROR(CheckView(view, block));
+  if (static_cast<std::int64_t>(seal.size()) < bundle_bytes_) {
+    return Status::Corruption(
+        StrCat("bundle seal of ", seal.size(), " bytes, a bundle needs ", bundle_bytes_));
+  }
+  const std::span<const std::byte> bundle = seal.first(static_cast<std::size_t>(bundle_bytes_));
+  // Every header byte is checked here (it must equal the template with this id), so the pieces
+  // EncodePieces hashes — the template's header, the block, zero padding — are the bytes received.
+  KVMESH_RETURN_IF_ERROR(VerifyStructure(bundle, id));
+  BundlePieces pieces;
+  KVMESH_RETURN_IF_ERROR(EncodePieces(view, block, id, &pieces));
+  const std::byte* sum = bundle.data() + bundle_bytes_ - kBundleChecksumBytes;
+  if (std::memcmp(pieces.checksum.data(), sum, kBundleChecksumBytes) != 0) {
+    return Status::Corruption(StrCat("bundle checksum ", HexOf(sum, 16), ", computed ",
+                                     HexOf(pieces.checksum.data(), 16),
+                                     " (the block was written: do not publish it)"));
+  }
+  return Status::Ok();
+}
+
+void BundleCodec::ZeroPadding(std::span<std::byte> bundle) const {
+  KVMESH_CHECK_GE(static_cast<std::int64_t>(bundle.size()), bundle_bytes_);
+  std::int64_t end = 0;  // of the previous range
+  for (const BundleRange& r : data_ranges_) {
+    if (r.offset > end) std::memset(bundle.data() + end, 0, r.offset - end);
+    end = r.offset + r.length;
+  }
 }
 
 Status BundleCodec::Encode(const KvPoolView& src, std::int64_t block, const ContentId& id,

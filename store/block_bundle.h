@@ -85,6 +85,14 @@ struct BundlePieces {
   BundlePieces& operator=(const BundlePieces&) = delete;
 };
 
+// A byte range of a bundle: the header (with its table and padding), one component's block
+// bytes, or the checksum.
+struct BundleRange {
+  std::int64_t offset = 0;
+  std::int64_t length = 0;
+  int component = -1;  // the KvComponent whose block bytes it holds; -1: header or checksum
+};
+
 class BundleCodec {
  public:
   // kInvalidArgument when the layout has no data component, a component with an unsupported
@@ -114,6 +122,31 @@ class BundleCodec {
   // source block instead of copying it. The pieces are valid while the block is not rewritten.
   Status EncodePieces(const KvPoolView& src, std::int64_t block, const ContentId& id,
                       BundlePieces* out) const;
+
+  // The ranges of a bundle that are not padding between components, in order: the header, each
+  // present component's bytes, the checksum. Every other byte of a bundle is zero. A bundle can
+  // travel range by range (remote fetch: the component ranges straight from the pool block).
+  [[nodiscard]] const std::vector<BundleRange>& data_ranges() const { return data_ranges_; }
+
+  // As Encode, but writes only the header and checksum ranges of out[0, bundle_bytes()) — the
+  // checksum over the block as Encode computes it, reading each source byte once, copying none.
+  // The block's bytes then go from the pool to the receiver's component ranges (remote fetch).
+  // kInvalidArgument as Encode.
+  Status EncodeSeal(const KvPoolView& src, std::int64_t block, const ContentId& id,
+                    std::span<std::byte> out) const;
+
+  // Verifies a block received range by range in place: `seal` is a bundle-size buffer whose
+  // header and checksum ranges were received (the rest is not read), block `block` of `view`
+  // holds the component ranges. The header is checked completely, then the checksum over the
+  // header, the block in `view` and zero padding — the bundle's checksum, without a copy. OK or
+  // kCorruption (the block then holds unspecified bytes: do not publish it); kInvalidArgument as
+  // CheckView. REQUIRES: nobody writes the block during the call.
+  Status VerifyInPlace(std::span<const std::byte> seal, const ContentId& id, const KvPoolView& view,
+                       std::int64_t block) const;
+
+  // Writes zeros into the padding between components of bundle[0, bundle_bytes()) (a bundle whose
+  // data ranges were received one by one). REQUIRES: bundle.size() >= bundle_bytes().
+  void ZeroPadding(std::span<std::byte> bundle) const;
 
   // Checks a bundle completely (structure, fingerprint, pool scale, content id, checksum) without
   // copying it. OK or kCorruption naming the first failed check.
@@ -148,6 +181,7 @@ class BundleCodec {
   std::array<std::int64_t, kNumKvComponents> component_offset_{};  // -1 when absent
   int num_components_ = 0;
   std::vector<std::byte> header_template_;  // [payload_offset_], content id zero
+  std::vector<BundleRange> data_ranges_;
 };
 
 }  // namespace kvmesh

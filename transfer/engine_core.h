@@ -33,6 +33,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <utility>
@@ -93,6 +94,7 @@ struct GrantState {
   bool force_close_on_drain = false;
   bool dirty = false;
   std::shared_ptr<TransferOpState> op;
+  std::function<void(std::uint32_t)> on_slice;  // GrantRequest::on_slice
 };
 
 struct SendSlice {
@@ -183,6 +185,8 @@ class EngineCore {
                           Connection* from);
   static void OnReceiveDone(void* request, ucs_status_t status, std::size_t length,
                             void* user_data);
+  // A slice received whole: counted, GrantRequest::on_slice told, the grant marked for progress.
+  void SliceFilled(GrantSlice* slice);
   void AdvanceGrant(GrantState* grant);
   void FinishGrant(GrantState* grant, Status status);
   void SendDone(Connection* connection, TransferId id, const Status& status, std::uint32_t filled);

@@ -29,6 +29,7 @@ Result<std::unique_ptr<GrantState>> EngineCore::BuildGrant(const GrantRequest& r
   grant->core = this;
   grant->connection = connection;
   grant->deadline = request.deadline;
+  grant->on_slice = request.on_slice;
   grant->slices.reserve(request.slices.size());
   grant->regions.reserve(request.slices.size());
   for (std::size_t i = 0; i < request.slices.size(); ++i) {
@@ -158,11 +159,7 @@ ucs_status_t EngineCore::AcceptData(const wire::DataHeader& header, void* data, 
   void* request =
       ucp_am_recv_data_nbx(worker_->get(), data, slice.destination, slice.length, &param);
   if (request == nullptr) {  // completed at once
-    slice.state = SliceState::kFilled;
-    ++grant->filled;
-    stats_.slices_received.fetch_add(1, std::memory_order_relaxed);
-    stats_.bytes_received.fetch_add(slice.length, std::memory_order_relaxed);
-    MarkDirty(grant);
+    SliceFilled(&slice);
   } else if (UCS_PTR_IS_ERR(request)) {
     slice.state = SliceState::kFailed;
     grant->failure = UcsToStatus(UCS_PTR_STATUS(request), "ucp_am_recv_data_nbx");
@@ -184,20 +181,27 @@ void EngineCore::OnReceiveDone(void* request, ucs_status_t status, std::size_t l
   --grant->receiving;
   self->stats_.slices_receiving.fetch_sub(1, std::memory_order_relaxed);
   if (status == UCS_OK && length == slice->length) {
-    slice->state = SliceState::kFilled;
-    ++grant->filled;
-    self->stats_.slices_received.fetch_add(1, std::memory_order_relaxed);
-    self->stats_.bytes_received.fetch_add(slice->length, std::memory_order_relaxed);
-  } else {
-    slice->state = SliceState::kFailed;
-    if (grant->failure.ok()) {
-      // A receive that UCX ended with an error means the connection broke or was closed.
-      grant->failure = Status::PeerUnreachable(
-          status == UCS_OK ? "short receive of a slice"
-                           : std::string("receive of a slice: ") + ucs_status_string(status));
-    }
+    self->SliceFilled(slice);
+    return;
+  }
+  slice->state = SliceState::kFailed;
+  if (grant->failure.ok()) {
+    // A receive that UCX ended with an error means the connection broke or was closed.
+    grant->failure = Status::PeerUnreachable(
+        status == UCS_OK ? "short receive of a slice"
+                         : std::string("receive of a slice: ") + ucs_status_string(status));
   }
   self->MarkDirty(grant);
+}
+
+void EngineCore::SliceFilled(GrantSlice* slice) {
+  GrantState* grant = slice->grant;
+  slice->state = SliceState::kFilled;
+  ++grant->filled;
+  stats_.slices_received.fetch_add(1, std::memory_order_relaxed);
+  stats_.bytes_received.fetch_add(slice->length, std::memory_order_relaxed);
+  if (grant->on_slice) grant->on_slice(static_cast<std::uint32_t>(slice - grant->slices.data()));
+  MarkDirty(grant);
 }
 
 void EngineCore::AdvanceGrant(GrantState* grant) {

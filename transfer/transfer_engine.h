@@ -87,6 +87,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -121,6 +122,14 @@ struct GrantRequest {
   std::span<const Slice> slices;  // destination slices, in the order the sender addresses them
   TimePoint deadline;             // on the engine's clock; the grant fails with kTimedOut after it
   TransferCallback on_complete;   // optional
+  // Optional: called with a slice's index once that slice is filled whole, before the grant
+  // completes. From then on UCX never writes into that slice again (a slice is filled at most
+  // once), so the caller may read it while the rest of the grant is still arriving — decode
+  // block i while block i+1 is on the wire. It runs on the progress thread, possibly inside a
+  // UCX callback: it must be short (hand the index to another thread) and must not call the
+  // engine. A grant that then fails still ends with its op's error: what was read from filled
+  // slices is whole, but the transfer as a whole failed.
+  std::function<void(std::uint32_t slice)> on_slice;
 };
 
 struct SendRequest {

@@ -9,9 +9,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -105,31 +107,39 @@ TEST(PeerFetchTest, PrefixComputedOnAIsAdmittedOnBAsRemoteHits) {
   b->Shutdown();
 }
 
-// A holder's block source that lies: flips a byte of block `corrupt_at`'s bundle, or sends the
-// bundle of the next block in place of block `foreign_at` (a valid bundle of another content id).
+// A holder's block source that lies: flips a byte in the middle of block `corrupt_at`'s bundle (its
+// payload, copied out of the pool into the slot first, so the pool itself stays right), or sends
+// the bundle of the next block in place of block `foreign_at` (a valid bundle of another content
+// id).
 class LyingSource final : public BlockSource {
  public:
-  LyingSource(BlockSource* inner, int corrupt_at, int foreign_at)
-      : inner_(inner), corrupt_at_(corrupt_at), foreign_at_(foreign_at) {}
+  LyingSource(BlockSource* inner, std::vector<BundleCodec> codecs, int corrupt_at, int foreign_at)
+      : inner_(inner),
+        codecs_(std::move(codecs)),
+        corrupt_at_(corrupt_at),
+        foreign_at_(foreign_at) {}
   Held Count(std::span<const ContentId> ids) override { return inner_->Count(ids); }
-  std::int64_t Encode(std::span<const ContentId> ids,
-                      std::span<const std::span<std::byte>> out) override {
-    std::vector<ContentId> asked(ids.begin(), ids.end());
-    if (foreign_at_ >= 0 && static_cast<std::size_t>(foreign_at_ + 1) < asked.size()) {
-      asked[static_cast<std::size_t>(foreign_at_)] =
-          asked[static_cast<std::size_t>(foreign_at_) + 1];
-    }
-    const std::int64_t n = inner_->Encode(asked, out);
-    const std::size_t pools = out.size() / ids.size();
-    if (corrupt_at_ >= 0 && corrupt_at_ < n) {
-      std::span<std::byte> b = out[static_cast<std::size_t>(corrupt_at_) * pools];
+  bool Encode(std::span<const ContentId> ids, std::size_t i,
+              std::span<const std::span<std::byte>> slots, Prepared* out) override {
+    const std::size_t asked = static_cast<int>(i) == foreign_at_ && i + 1 < ids.size() ? i + 1 : i;
+    if (!inner_->Encode(ids, asked, slots, out)) return false;
+    if (static_cast<int>(i) == corrupt_at_) {
+      for (const BundleRange& r : codecs_[0].data_ranges()) {
+        const std::byte*& from =
+            out->payload[0][static_cast<std::size_t>(std::max(r.component, 0))];
+        if (r.component < 0 || from == nullptr) continue;
+        std::memcpy(slots[0].data() + r.offset, from, static_cast<std::size_t>(r.length));
+        from = nullptr;
+      }
+      std::span<std::byte> b = slots[0].first(static_cast<std::size_t>(codecs_[0].bundle_bytes()));
       b[b.size() / 2] ^= std::byte{0x40};
     }
-    return n;
+    return true;
   }
 
  private:
   BlockSource* const inner_;
+  const std::vector<BundleCodec> codecs_;
   const int corrupt_at_;
   const int foreign_at_;
 };
@@ -169,9 +179,8 @@ void ExpectLiesRefused(int corrupt_at, int foreign_at, std::int64_t expected_hit
   const auto requests = Prompt(2000, 6);
   ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
   // A's blocks, served by a lying PeerService on a server of its own, as node-a.
-  LyingSource liar(a->block_source(), corrupt_at, foreign_at);
-  PeerService lying(PeerServiceOptions{}, a->peer_sessions(), &liar,
-                    a->peer_service()->bundle_bytes());
+  LyingSource liar(a->block_source(), a->peer_service()->codecs(), corrupt_at, foreign_at);
+  PeerService lying(PeerServiceOptions{}, a->peer_sessions(), &liar, a->peer_service()->codecs());
   PeerOnlyHandler handler(&lying);
   ControlServerOptions so;
   so.node_id = "node-a";

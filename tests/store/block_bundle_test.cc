@@ -78,6 +78,103 @@ TEST_P(BundleRoundTrip, EncodeDecodeEveryComponent) {
   EXPECT_EQ(joined, bundle);
 }
 
+// Range by range (remote fetch): the seal (header and checksum) from EncodeSeal, each component
+// range copied from the pool block, the padding zeroed in a buffer full of garbage — the same
+// bytes as Encode; the data ranges cover every byte but the padding, in order, without overlap.
+TEST_P(BundleRoundTrip, SealAndDataRangesRebuildTheBundle) {
+  const Shape& shape = GetParam();
+  const KvPoolLayout layout = LayoutOf(shape.geometry);
+  auto codec = BundleCodec::Create(layout, shape.pool_scale);
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  TestPool src(layout, 2, shape.pool_scale);
+  src.Fill(0, 31);
+  src.Fill(1, 32);
+  const ContentId id = IdFor(9);
+  const auto bundle = EncodeBlock(*codec, src, 1, id);
+  const std::vector<BundleRange>& ranges = codec->data_ranges();
+  ASSERT_GE(ranges.size(), 3u);
+  EXPECT_EQ(ranges.front().offset, 0);
+  EXPECT_EQ(ranges.front().component, -1);
+  EXPECT_EQ(ranges.back().offset + ranges.back().length, codec->bundle_bytes());
+  EXPECT_EQ(ranges.back().length, kBundleChecksumBytes);
+  std::int64_t end = 0, payload = 0;
+  for (const BundleRange& r : ranges) {
+    EXPECT_GE(r.offset, end);
+    EXPECT_GT(r.length, 0);
+    end = r.offset + r.length;
+    if (r.component >= 0) payload += r.length;
+  }
+  EXPECT_EQ(payload, layout.BytesPerBlock());
+  std::vector<std::byte> rebuilt(codec->bundle_bytes(), std::byte{0x5C});
+  ASSERT_TRUE(codec->EncodeSeal(src.view(), 1, id, rebuilt).ok());
+  for (const BundleRange& r : ranges) {
+    if (r.component < 0) continue;
+    std::memcpy(rebuilt.data() + r.offset,
+                src.view().BlockBytes(static_cast<KvComponent>(r.component), 1), r.length);
+  }
+  codec->ZeroPadding(rebuilt);
+  EXPECT_EQ(rebuilt, bundle);
+  ASSERT_TRUE(codec->Verify(rebuilt, id).ok());
+  // The seal is bound to the block: another block's payload in the same seal fails the checksum.
+  for (const BundleRange& r : ranges) {
+    if (r.component < 0) continue;
+    std::memcpy(rebuilt.data() + r.offset,
+                src.view().BlockBytes(static_cast<KvComponent>(r.component), 0), r.length);
+  }
+  EXPECT_EQ(codec->Verify(rebuilt, id).code(), StatusCode::kCorruption);
+  std::vector<std::byte> small(codec->bundle_bytes() - 1);
+  EXPECT_EQ(codec->EncodeSeal(src.view(), 1, id, small).code(), StatusCode::kInvalidArgument);
+}
+
+// In place: the seal received into a buffer (its payload garbage, never read), the block into
+// the destination pool — verified there; a flipped byte in any component, in the header or in the
+// checksum, another content id or another block's seal is kCorruption.
+TEST_P(BundleRoundTrip, VerifyInPlaceChecksTheSealAgainstTheBlock) {
+  const Shape& shape = GetParam();
+  const KvPoolLayout layout = LayoutOf(shape.geometry);
+  auto codec = BundleCodec::Create(layout, shape.pool_scale);
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  TestPool src(layout, 2, shape.pool_scale), dst(layout, 2, shape.pool_scale);
+  src.Fill(0, 41);
+  src.Fill(1, 42);
+  const ContentId id = IdFor(11);
+  std::vector<std::byte> seal(codec->bundle_bytes(), std::byte{0x77});
+  ASSERT_TRUE(codec->EncodeSeal(src.view(), 1, id, seal).ok());
+  const auto receive = [&] {  // the component ranges, into block 0 of dst
+    for (const BundleRange& r : codec->data_ranges()) {
+      if (r.component < 0) continue;
+      const auto c = static_cast<KvComponent>(r.component);
+      std::memcpy(dst.view().BlockBytes(c, 0), src.view().BlockBytes(c, 1), r.length);
+    }
+  };
+  receive();
+  EXPECT_TRUE(codec->VerifyInPlace(seal, id, dst.view(), 0).ok());
+  EXPECT_EQ(dst.Snapshot(0), src.Snapshot(1));
+  EXPECT_EQ(codec->VerifyInPlace(seal, IdFor(12), dst.view(), 0).code(), StatusCode::kCorruption);
+  for (const BundleRange& r : codec->data_ranges()) {
+    for (const std::int64_t at : {std::int64_t{0}, r.length / 2, r.length - 1}) {
+      if (r.component >= 0) {
+        auto* byte = dst.view().BlockBytes(static_cast<KvComponent>(r.component), 0) + at;
+        *byte ^= 0x10;
+        EXPECT_EQ(codec->VerifyInPlace(seal, id, dst.view(), 0).code(), StatusCode::kCorruption)
+            << "component " << r.component << " byte " << at;
+        *byte ^= 0x10;
+      } else {
+        seal[static_cast<std::size_t>(r.offset + at)] ^= std::byte{0x10};
+        EXPECT_EQ(codec->VerifyInPlace(seal, id, dst.view(), 0).code(), StatusCode::kCorruption)
+            << "seal byte " << r.offset + at;
+        seal[static_cast<std::size_t>(r.offset + at)] ^= std::byte{0x10};
+      }
+    }
+  }
+  EXPECT_TRUE(codec->VerifyInPlace(seal, id, dst.view(), 0).ok());
+  std::vector<std::byte> other(codec->bundle_bytes());
+  ASSERT_TRUE(codec->EncodeSeal(src.view(), 0, id, other).ok());
+  EXPECT_EQ(codec->VerifyInPlace(other, id, dst.view(), 0).code(), StatusCode::kCorruption);
+  EXPECT_EQ(codec->VerifyInPlace(std::span(seal).first(seal.size() - 1), id, dst.view(), 0).code(),
+            StatusCode::kCorruption);
+}
+
 // The byte layout of docs/bundle-format.md.
 TEST_P(BundleRoundTrip, DocumentedLayout) {
   const Shape& shape = GetParam();

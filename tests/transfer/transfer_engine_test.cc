@@ -6,7 +6,9 @@
 // itself, for refusals) untouched. Deadlines run on a ManualClock.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "tests/transfer/transfer_test_util.h"
@@ -156,6 +158,57 @@ TEST_P(TransferEngineTest, PartialSendsCompleteWithTheWholeGrant) {
   EXPECT_TRUE(second->Wait().ok()) << second->status();
   for (std::size_t i = 0; i < kBlocks; ++i) {
     EXPECT_FALSE(FindPatternMismatch(destination.data() + i * kBlock, kBlock, 3, i));
+  }
+}
+
+// GrantRequest::on_slice: once per slice, each slice already whole when it is called (checked
+// inside the callback), the first part's slices reported while the grant still waits for the
+// rest — what lets a receiver decode block i while block i + 1 is on the wire.
+TEST_P(TransferEngineTest, OnSliceReportsEachSliceWholeBeforeTheGrantCompletes) {
+  constexpr std::size_t kBlocks = 12, kBlock = 96 * 1024 + 8;
+  AlignedBuffer source = MustAllocate(kBlocks * kBlock, std::byte{0});
+  AlignedBuffer destination = MustAllocate(kBlocks * kBlock, kGuard);
+  const RegionId src = Register(sender_, source), dst = Register(receiver_, destination);
+  std::vector<Slice> sources, destinations;
+  for (std::size_t i = 0; i < kBlocks; ++i) {
+    FillPattern(source.data() + i * kBlock, kBlock, 5, i);
+    sources.push_back({src, i * kBlock, kBlock});
+    destinations.push_back({dst, i * kBlock, kBlock});
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> calls(kBlocks, 0);
+  std::vector<bool> whole(kBlocks, false);
+  std::size_t reported = 0;
+  GrantRequest request{kPeerA, destinations, Later(), nullptr};
+  request.on_slice = [&](std::uint32_t slice) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (slice >= kBlocks) return;
+    ++calls[slice];
+    whole[slice] = !FindPatternMismatch(destination.data() + slice * kBlock, kBlock, 5, slice);
+    ++reported;
+    cv.notify_all();
+  };
+  Result<TransferOp> grant = receiver_->Grant(request);
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  const std::span<const Slice> all(sources);
+  Result<TransferOp> first = sender_->Send({kPeerB, grant->id(), 0, all.first(5), Later()});
+  ASSERT_TRUE(first.ok()) << first.status();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kWait, [&] { return reported == 5; })) << reported;
+  }
+  EXPECT_FALSE(grant->done());  // the first five are reported; the grant waits for the rest
+  Result<TransferOp> second = sender_->Send({kPeerB, grant->id(), 5, all.subspan(5), Later()});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(grant->Wait().ok()) << grant->status();
+  EXPECT_TRUE(first->Wait().ok()) << first->status();
+  EXPECT_TRUE(second->Wait().ok()) << second->status();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(reported, kBlocks);
+  for (std::size_t i = 0; i < kBlocks; ++i) {
+    EXPECT_EQ(calls[i], 1) << "slice " << i;
+    EXPECT_TRUE(whole[i]) << "slice " << i << " was reported before it was whole";
   }
 }
 
