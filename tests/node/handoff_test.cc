@@ -7,7 +7,9 @@
 //   - kvnode processes, HND prefill and NHD decode: a client asks the prefill node to hand off
 //     (HandOffTo), decode on the other node checked step by step; a second handoff moves nothing;
 //   - a decode node that stops answering: the handoff fails within the peer request timeout and
-//     the source blocks, pinned while it waited, are unpinned (no leak).
+//     the source blocks, pinned while it waited, are unpinned (no leak);
+//   - kvmesh-synth's disaggregated mode over two kvnode processes: prefill, handoff and checked
+//     decode of each request of a multi-turn workload; an unreachable decode address.
 #include "node/handoff.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
@@ -23,6 +26,7 @@
 #include "node/node.h"
 #include "node/node_config.h"
 #include "node/synthetic_engine.h"
+#include "tests/node/loopback_port.h"
 #include "tests/node/node_process.h"
 #include "tests/node/peer_test_util.h"
 
@@ -237,6 +241,94 @@ TEST(HandoffTest, KvnodeProcessesPrefillHereDecodeThere) {
   EXPECT_GT(on_decode.checks, 0);
   EXPECT_EQ(on_decode.pool_hit_blocks, 11);
   EXPECT_EQ(on_decode.remote_hit_blocks, 0);
+}
+
+// kvmesh-synth's disaggregated mode, as an operator runs it: each request of a multi-turn workload
+// prefilled on the HND node, handed off to the NHD node, decoded there with every step checked.
+// Later turns find their conversation's earlier blocks on the decode node already (had), so only
+// the new ones move; every held block is a pool hit of the decode engine. A decode address nobody
+// answers at: every handoff fails and says so (exit 1), the decode node computes the prompts
+// itself and its checks still pass.
+TEST(HandoffTest, KvmeshSynthPrefillsHandsOffAndDecodesEachRequest) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir.path() / "p");
+  std::filesystem::create_directories(dir.path() / "d");
+  auto prefill =
+      KvnodeProcess::Start(dir.path() / "p", PeerConfig(dir.path() / "p", "prefill-1", "HND"));
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  auto decode =
+      KvnodeProcess::Start(dir.path() / "d", PeerConfig(dir.path() / "d", "decode-1", "NHD"));
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  const auto args = [&](const std::string& decode_address, const std::string& seed) {
+    return std::vector<std::string>{"--socket",
+                                    (*prefill)->unix_socket(),
+                                    "--secret",
+                                    kTestSecret,
+                                    "--decode-socket",
+                                    (*decode)->unix_socket(),
+                                    "--decode-node-id",
+                                    "decode-1",
+                                    "--decode-address",
+                                    decode_address,
+                                    "--handoff-deadline-ms",
+                                    "3000",
+                                    "--synthetic",
+                                    "--seed",
+                                    seed,
+                                    "--conversations",
+                                    "3",
+                                    "--turns",
+                                    "3",
+                                    "--block-tokens",
+                                    std::to_string(kBlockTokens),
+                                    "--system-prompts",
+                                    "1",
+                                    "--system-prompt-blocks",
+                                    "2",
+                                    "--turn-blocks-max",
+                                    "3",
+                                    "--decode-tokens",
+                                    "2",
+                                    "--json"};
+  };
+  node_test::RunOutput ok = node_test::RunToCompletion(
+      node_test::SynthPath(), args((*decode)->tcp_address(), "1"), dir.path() / "synth");
+  ASSERT_TRUE(ok.status.exited) << ok.err;
+  ASSERT_EQ(ok.status.code, 0) << ok.out << ok.err;
+  const nlohmann::json j = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(j["schema"], "kvmesh.disaggregated/1");
+  EXPECT_EQ(j["decode_node_id"], "decode-1");
+  const nlohmann::json& h = j["handoff"];
+  EXPECT_EQ(h["answered"], 9);
+  EXPECT_EQ(h["failed"], 0);
+  EXPECT_GT(h["moved_blocks"].get<std::int64_t>(), 0);
+  EXPECT_GT(h["had_blocks"].get<std::int64_t>(), 0);  // later turns: earlier blocks there already
+  EXPECT_EQ(h["had_blocks"].get<std::int64_t>() + h["moved_blocks"].get<std::int64_t>(),
+            h["wanted_blocks"].get<std::int64_t>());
+  EXPECT_EQ(h["held_blocks"], h["wanted_blocks"]);
+  const nlohmann::json& d = j["decode"];
+  EXPECT_EQ(d["requests"], 9);
+  EXPECT_EQ(d["failed_requests"], 0);
+  EXPECT_EQ(d["hits"]["pool"], h["held_blocks"]);  // every handed-off block, and only those
+  EXPECT_EQ(d["hits"]["remote"], 0);
+  EXPECT_GT(d["checks"].get<std::int64_t>(), 0);
+  EXPECT_EQ(d["check_failures"], 0) << d["first_error"];
+  EXPECT_EQ(j["prefill"]["decode_tokens"], 0);
+
+  // Nobody at the decode address (and other prompts): the handoffs fail, the decode node computes
+  // and checks.
+  node_test::RunOutput lost = node_test::RunToCompletion(
+      node_test::SynthPath(),
+      args("127.0.0.1:" + std::to_string(node_test::FreeLoopbackPort()), "2"),
+      dir.path() / "synth-lost");
+  ASSERT_TRUE(lost.status.exited) << lost.err;
+  EXPECT_EQ(lost.status.code, 1) << lost.out << lost.err;
+  const nlohmann::json l = nlohmann::json::parse(lost.out);
+  EXPECT_EQ(l["handoff"]["answered"], 0);
+  EXPECT_EQ(l["handoff"]["failed"], 9);
+  EXPECT_NE(l["handoff"]["first_error"].get<std::string>(), "");
+  EXPECT_EQ(l["decode"]["check_failures"], 0) << l["decode"]["first_error"];
+  EXPECT_GT(l["decode"]["checks"].get<std::int64_t>(), 0);
 }
 
 }  // namespace
