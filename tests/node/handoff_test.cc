@@ -6,6 +6,8 @@
 //   - blocks B already holds are not moved; only the rest are;
 //   - kvnode processes, HND prefill and NHD decode: a client asks the prefill node to hand off
 //     (HandOffTo), decode on the other node checked step by step; a second handoff moves nothing;
+//   - a converting handoff from a holder that corrupts a bundle or sends another block's: nothing
+//     moved, the decode side computes and its checks pass;
 //   - a decode node that stops answering: the handoff fails within the peer request timeout and
 //     the source blocks, pinned while it waited, are unpinned (no leak);
 //   - kvmesh-synth's disaggregated mode over two kvnode processes: prefill, handoff and checked
@@ -23,10 +25,12 @@
 #include <thread>
 
 #include "node/client.h"
+#include "node/control_server.h"
 #include "node/node.h"
 #include "node/node_config.h"
 #include "node/synthetic_engine.h"
 #include "tests/node/loopback_port.h"
+#include "tests/node/lying_holder.h"
 #include "tests/node/node_process.h"
 #include "tests/node/peer_test_util.h"
 
@@ -199,6 +203,62 @@ TEST(HandoffTest, SourceBlocksAreUnpinnedWhenTheDecodeNodeDoesNotAnswer) {
   EXPECT_EQ(pinned_while_waiting.load(), 7 * pools);  // pinned while the decode node had them
   EXPECT_EQ(PinnedBlocks(*a), 0);                     // and unpinned when the wait ended
   a->Shutdown();
+}
+
+// A converting handoff (A in HND to B in NHD) from a holder that lies: B pulls from a lying
+// PeerService standing in for A (A's engine and sessions, its own server), which corrupts a payload
+// byte of, or sends another block's bundle for, the first block of every fetch. Each bundle is
+// verified where it landed before its converting copy, so nothing is moved, the handoff answers
+// so, and B's engine computes the prompt with every check passing.
+void ExpectConvertingHandoffRefusesLies(int corrupt_at, int foreign_at) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", "HND");
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", "NHD");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto requests = Prompt(3000, 8);
+  ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
+  node_test::LyingSource liar(a->block_source(), a->peer_service()->codecs(), corrupt_at,
+                              foreign_at);
+  PeerService lying(PeerServiceOptions{}, a->peer_sessions(), &liar, a->peer_service()->codecs());
+  node_test::PeerOnlyHandler handler(&lying);
+  ControlServerOptions so;
+  so.node_id = "node-a";
+  so.secret = kTestSecret;
+  so.tcp_listen = "127.0.0.1:0";
+  auto server = ControlServer::Start(so, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  b->peers()->Upsert({.node_id = "node-a", .control_address = (*server)->tcp_address()});
+  a->peers()->Upsert({.node_id = "node-b", .control_address = b->tcp_address()});
+
+  Result<HandoffResult> r =
+      a->handoff_sender()->HandOff("node-b", TraceTokens(requests[0], kBlockTokens),
+                                   SequenceOptions{}, std::chrono::milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->wanted_blocks, 7);
+  EXPECT_EQ(r->moved_blocks, 0);
+  EXPECT_EQ(r->held_blocks, 0);
+  EXPECT_EQ(b->handoff_receiver()->stats().converted_blocks, 0);
+  EXPECT_GT(lying.stats().blocks_sent, 0);  // the lies did travel
+  EXPECT_EQ(PinnedBlocks(*a), 0);
+  EXPECT_EQ(PinnedBlocks(*b), 0);
+  const SyntheticWorkloadStats decode = RunOn(b->unix_socket(), requests);
+  EXPECT_EQ(decode.failed_requests, 0) << decode.first_error;
+  EXPECT_EQ(decode.check_failures, 0) << decode.first_error;
+  EXPECT_GT(decode.checks, 0);
+  EXPECT_EQ(decode.pool_hit_blocks, 0);
+  EXPECT_EQ(decode.remote_hit_blocks, 0);
+  b->Shutdown();  // before the lying server, as in peer_fetch_test
+  (*server)->Stop();
+  a->Shutdown();
+}
+
+TEST(HandoffTest, ConvertingHandoffRefusesACorruptedBundle) {
+  ExpectConvertingHandoffRefusesLies(0, -1);
+}
+
+TEST(HandoffTest, ConvertingHandoffRefusesAnotherBlocksBundle) {
+  ExpectConvertingHandoffRefusesLies(-1, 0);
 }
 
 // Prefill on one kvnode process, handoff asked of it by a client (HandOffTo, as an engine or a tool
