@@ -106,36 +106,34 @@ Result<HandoffResult> HandoffSender::HandOff(const std::string& to, std::span<co
 
 Result<HandoffReceiver::Conversion> HandoffReceiver::MakeConversion() const {
   Conversion c;
-  c.memory.resize(views_.size() * kNumKvComponents);
-  for (std::size_t p = 0; p < views_.size(); ++p) {
-    KvPoolView theirs = views_[p];
-    theirs.layout = WithOrder(views_[p].layout, OtherOrderOf(views_[p].layout.order()));
+  for (const KvPoolView& ours : views_) {
+    KvPoolView theirs = ours;
+    theirs.layout = WithOrder(ours.layout, OtherOrderOf(ours.layout.order()));
+    theirs.num_blocks = 1;
+    for (void*& base : theirs.base) base = nullptr;  // set per bundle (DecodeConverted)
     KVMESH_ASSIGN_OR_RETURN(BundleCodec codec,
                             BundleCodec::Create(theirs.layout, theirs.pool_scale));
-    KvPoolView scratch = theirs;
-    scratch.num_blocks = 1;
-    for (int k = 0; k < kNumKvComponents; ++k) {
-      const PagedTensorLayout& l = theirs.layout.components[k];
-      if (!l.present()) continue;
-      std::vector<std::byte>& m = c.memory[p * kNumKvComponents + static_cast<std::size_t>(k)];
-      m.resize(static_cast<std::size_t>(l.BytesPerBlock()));
-      scratch.base[k] = m.data();
-    }
     c.codecs.push_back(std::move(codec));
-    c.scratch.push_back(scratch);
+    c.in_bundle.push_back(theirs);
   }
   return c;
 }
 
 Status HandoffReceiver::DecodeConverted(const Conversion& c, std::size_t pool,
-                                        std::span<const std::byte> bundle, const ContentId& id,
+                                        std::span<std::byte> bundle, const ContentId& id,
                                         std::int64_t block) const {
-  // Verified and decoded as a block of the sender's order into the one-block scratch, then one
-  // copy into `block` in our order (block_copy converts HND <-> NHD on the way).
-  KVMESH_RETURN_IF_ERROR(c.codecs[pool].DecodeOnePass(bundle, id, c.scratch[pool], 0));
+  // Verified where it landed (the whole bundle: structure, fingerprint, content id, checksum),
+  // then one copy from the bundle's payload into `block` in our order (block_copy converts
+  // HND <-> NHD on the way). UCX no longer writes the slot, so what was verified is what is
+  // copied.
+  KVMESH_RETURN_IF_ERROR(c.codecs[pool].Verify(bundle, id));
+  KvPoolView src = c.in_bundle[pool];
+  for (const BundleRange& r : c.codecs[pool].data_ranges()) {
+    if (r.component >= 0) src.base[r.component] = bundle.data() + r.offset;
+  }
   const BlockCopyPair pair{0, block};
   BlockCopyArgs a;
-  a.src = c.scratch[pool];
+  a.src = src;
   a.dst = views_[pool];
   a.pairs = &pair;
   a.num_pairs = 1;
@@ -181,7 +179,7 @@ Status HandoffReceiver::Handle(const SessionInfo& session, const rpc::HandoffReq
     RemoteFetchOptions o;
     o.deadline = left;
     if (convert) {
-      o.decode = [&](std::size_t pool, std::span<const std::byte> bundle, const ContentId& id,
+      o.decode = [&](std::size_t pool, std::span<std::byte> bundle, const ContentId& id,
                      std::int64_t block) {
         return DecodeConverted(conversion, pool, bundle, id, block);
       };

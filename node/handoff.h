@@ -24,11 +24,11 @@
 //   3. answers wanted / had / moved / held. Anything not moved is a miss the decode engine
 //      computes, never wrong data.
 // Layout conversion: when the sender's pools are in the other order (HND vs NHD; the hello's
-// fingerprints equal ours but for the order: PeerSessions::OtherOrder), each bundle is verified and
-// decoded as a block of the sender's geometry into a one-block scratch, then copied into the
-// reserved (hidden) block in our order (kernels/block_copy.h converts) before it is published.
-// CPU-addressable pools only (the node's pools here are host memory). Everything else must be
-// equal.
+// fingerprints equal ours but for the order: PeerSessions::OtherOrder), each bundle is verified as
+// a bundle of the sender's geometry where it landed in receive staging, then copied from there
+// into the reserved (hidden) block in our order (kernels/block_copy.h converts) before it is
+// published. CPU-addressable pools only (the node's pools here are host memory). Everything else
+// must be equal.
 //
 // Thread safety: both thread-safe; HandOff and Handle block (network, transfers).
 #pragma once
@@ -98,17 +98,16 @@ class HandoffReceiver {
   }
 
  private:
-  // The sender's bundles (our geometry in the other order) and a one-block scratch per pool in
-  // that order.
+  // The sender's bundles (our geometry in the other order), and per pool a one-block view in that
+  // order whose component bases DecodeConverted points into a received bundle.
   struct Conversion {
     std::vector<BundleCodec> codecs;
-    std::vector<KvPoolView> scratch;
-    std::vector<std::vector<std::byte>> memory;
+    std::vector<KvPoolView> in_bundle;
   };
   Result<Conversion> MakeConversion() const;
-  // RemoteFetchOptions::decode of a converting handoff: verify and decode into the scratch, then
-  // one converting copy into reserved block `block`.
-  Status DecodeConverted(const Conversion& c, std::size_t pool, std::span<const std::byte> bundle,
+  // RemoteFetchOptions::decode of a converting handoff: verify the bundle where it landed, then
+  // one converting copy of its payload into reserved block `block`.
+  Status DecodeConverted(const Conversion& c, std::size_t pool, std::span<std::byte> bundle,
                          const ContentId& id, std::int64_t block) const;
 
   TieredCache* const cache_;

@@ -332,12 +332,12 @@ Status RemoteFetcher::DecodeBlock(const RestoreReservation& r, const StagingLeas
   const std::size_t pools = codecs_.size();
   for (std::size_t p = 0; p < pools; ++p) {
     const std::size_t slot = static_cast<std::size_t>(i) * pools + p;
-    const std::span<const std::byte> bundle =
+    const std::span<std::byte> bundle =
         lease.bytes(slot).first(static_cast<std::size_t>(codecs_[p].bundle_bytes()));
     const std::int64_t block = r.block(i, static_cast<int>(p)).value;
-    // One pass (copied while checksummed, as the host tier restores): the destination is a
-    // reserved block, hidden until PublishRestore, which publishes only the verified prefix — a
-    // block whose check fails here, with whatever part of the payload it got, is freed unseen.
+    // In place, or one pass (copied while checksummed, as the host tier restores): the
+    // destination is a reserved block, hidden until PublishRestore, which publishes only the
+    // verified prefix — a block whose check fails here, whatever it holds, is freed unseen.
     const ContentId id = RemoteId(r, i);
     Status st = in_place_         ? codecs_[p].VerifyInPlace(bundle, id, views_[p], block)
                 : options_.decode ? options_.decode(p, bundle, id, block)

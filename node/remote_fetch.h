@@ -80,7 +80,8 @@ struct RemoteFetchOptions {
   // block. Empty: the pool's codec decodes it in one pass (BundleCodec::DecodeOnePass). The
   // handoff's layout conversion sets it (node/handoff.h). Runs on the fetch's decoder thread, one
   // block at a time.
-  std::function<Status(std::size_t pool, std::span<const std::byte> bundle, const ContentId& id,
+  // `bundle` is the receive slot itself (whole, no longer written by UCX): it may be read in place.
+  std::function<Status(std::size_t pool, std::span<std::byte> bundle, const ContentId& id,
                        std::int64_t block)>
       decode;
   // The holder's content id of our block `local` (asked for and verified against; the block is

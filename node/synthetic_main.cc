@@ -5,8 +5,16 @@
 //   kvmesh-synth --socket .kvmesh/node/kvnode.sock --synthetic --conversations 48 --turns 4
 //   kvmesh-synth --socket /run/kvnode.sock --trace conversation_trace.jsonl --limit 200 --json
 //
+// Disaggregated (node/synthetic_handoff.h): with --decode-socket, --decode-node-id and
+// --decode-address each request is prefilled on the node of --socket, handed off to the decode
+// node, and decoded (every step checked) there:
+//
+//   kvmesh-synth --socket prefill/kvnode.sock --decode-socket decode/kvnode.sock
+//       --decode-node-id decode-1 --decode-address 127.0.0.1:7421 --synthetic --conversations 8
+//
 // Exit code: 0 when every request ran and every check passed; 1 when a request failed or a check
-// did not match; 2 for a bad command line; 3 when the node could not be reached or attached.
+// did not match (disaggregated: or a handoff failed); 2 for a bad command line; 3 when a node
+// could not be reached or attached.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -15,6 +23,7 @@
 #include "common/strings.h"
 #include "node/secret.h"
 #include "node/synthetic_engine.h"
+#include "node/synthetic_handoff.h"
 
 namespace {
 
@@ -30,6 +39,10 @@ struct Flags {
   kvmesh::SyntheticEngineOptions engine;
   bool json = false;
   bool progress = false;
+  std::string decode_socket;  // disaggregated: the decode node
+  std::string decode_node_id;
+  std::string decode_address;
+  std::uint32_t handoff_deadline_ms = 5000;
 };
 
 void PrintText(const kvmesh::SyntheticWorkloadStats& s, const Flags& f) {
@@ -80,6 +93,85 @@ void PrintJson(const kvmesh::SyntheticWorkloadStats& s, const Flags& f) {
   std::cout << j.dump(2) << "\n";
 }
 
+void PrintDisaggregatedText(const kvmesh::DisaggregatedStats& s, const Flags& f) {
+  std::printf("disaggregated     %lld requests in %.2f s: prefill on %s, decode on %s (%s)\n",
+              static_cast<long long>(s.decode.requests), s.seconds, f.socket.c_str(),
+              f.decode_node_id.c_str(), f.decode_socket.c_str());
+  std::printf("prefill           %lld prompt tokens: reused %lld, computed %lld\n",
+              static_cast<long long>(s.prefill.prompt_tokens),
+              static_cast<long long>(s.prefill.reused_tokens),
+              static_cast<long long>(s.prefill.computed_tokens));
+  std::printf(
+      "handoff           %lld answered, %lld failed: %lld full blocks wanted, %lld had, %lld "
+      "moved (verified), %lld held; %.3f s in handoffs\n",
+      static_cast<long long>(s.handoffs), static_cast<long long>(s.failed_handoffs),
+      static_cast<long long>(s.wanted_blocks), static_cast<long long>(s.had_blocks),
+      static_cast<long long>(s.moved_blocks), static_cast<long long>(s.held_blocks),
+      s.handoff_seconds);
+  if (!s.first_handoff_error.empty()) {
+    std::printf("                  first failed handoff: %s\n", s.first_handoff_error.c_str());
+  }
+  std::printf(
+      "decode            %lld prompt tokens: reused %lld, computed %lld; hits pool %lld, "
+      "remote %lld of %lld block positions\n",
+      static_cast<long long>(s.decode.prompt_tokens),
+      static_cast<long long>(s.decode.reused_tokens),
+      static_cast<long long>(s.decode.computed_tokens),
+      static_cast<long long>(s.decode.pool_hit_blocks),
+      static_cast<long long>(s.decode.remote_hit_blocks),
+      static_cast<long long>(s.decode.input_blocks));
+  std::printf(
+      "checks            %lld decode outputs against the dense reference, %lld failed "
+      "(max error %.2e); %lld decode tokens\n",
+      static_cast<long long>(s.decode.checks), static_cast<long long>(s.decode.check_failures),
+      s.decode.worst_error, static_cast<long long>(s.decode.decode_tokens));
+  const std::int64_t failed = s.prefill.failed_requests + s.decode.failed_requests;
+  if (failed > 0) {
+    std::printf(
+        "failures          %lld requests; first: %s\n", static_cast<long long>(failed),
+        (s.prefill.first_error.empty() ? s.decode.first_error : s.prefill.first_error).c_str());
+  }
+}
+
+nlohmann::json Side(const kvmesh::SyntheticWorkloadStats& s) {
+  return {{"requests", s.requests},
+          {"failed_requests", s.failed_requests},
+          {"prompt_tokens", s.prompt_tokens},
+          {"reused_tokens", s.reused_tokens},
+          {"computed_tokens", s.computed_tokens},
+          {"input_blocks", s.input_blocks},
+          {"hits",
+           {{"pool", s.pool_hit_blocks},
+            {"host", s.host_hit_blocks},
+            {"disk", s.disk_hit_blocks},
+            {"remote", s.remote_hit_blocks}}},
+          {"decode_tokens", s.decode_tokens},
+          {"checks", s.checks},
+          {"check_failures", s.check_failures},
+          {"worst_error", s.worst_error},
+          {"first_error", s.first_error}};
+}
+
+void PrintDisaggregatedJson(const kvmesh::DisaggregatedStats& s, const Flags& f) {
+  nlohmann::json j = {
+      {"schema", "kvmesh.disaggregated/1"},
+      {"seconds", s.seconds},
+      {"prefill", Side(s.prefill)},
+      {"decode", Side(s.decode)},
+      {"decode_node_id", f.decode_node_id},
+      {"handoff",
+       {{"answered", s.handoffs},
+        {"failed", s.failed_handoffs},
+        {"wanted_blocks", s.wanted_blocks},
+        {"had_blocks", s.had_blocks},
+        {"moved_blocks", s.moved_blocks},
+        {"held_blocks", s.held_blocks},
+        {"seconds", s.handoff_seconds},
+        {"first_error", s.first_handoff_error}}},
+  };
+  std::cout << j.dump(2) << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,7 +212,24 @@ int main(int argc, char** argv) {
   app.add_flag("--check-all-layers", f.engine.check_all_layers,
                "check every layer (default: first, middle and last of each pool)");
   app.add_option("--salt", f.engine.salt, "cache salt (tenant) of every request");
-  app.add_flag("--json", f.json, "print kvmesh.synthetic/1 JSON");
+  auto* decode_socket = app.add_option(
+      "--decode-socket", f.decode_socket,
+      "disaggregated: prefill on --socket, hand off, decode (checked) on this node's socket");
+  auto* decode_id =
+      app.add_option("--decode-node-id", f.decode_node_id, "disaggregated: the decode node's id");
+  auto* decode_address = app.add_option(
+      "--decode-address", f.decode_address,
+      "disaggregated: the decode node's TCP control address (host:port), as the prefill node "
+      "reaches it");
+  decode_socket->needs(decode_id, decode_address);
+  decode_id->needs(decode_socket);
+  decode_address->needs(decode_socket);
+  app.add_option("--handoff-deadline-ms", f.handoff_deadline_ms,
+                 "disaggregated: how long the decode node may fetch each request's blocks")
+      ->check(CLI::Range(1u, 600000u))
+      ->capture_default_str();
+  app.add_flag("--json", f.json,
+               "print kvmesh.synthetic/1 JSON (kvmesh.disaggregated/1 with --decode-socket)");
   app.add_flag("--progress", f.progress, "print progress to stderr");
   try {
     app.parse(argc, argv);
@@ -171,6 +280,29 @@ int main(int argc, char** argv) {
         if (done == total) std::fprintf(stderr, "\n");
       }
     };
+  }
+  if (!f.decode_socket.empty()) {
+    kvmesh::DisaggregatedOptions d;
+    d.prefill = f.engine;
+    d.decode = f.engine;
+    d.decode.client.address = f.decode_socket;
+    d.decode_node_id = f.decode_node_id;
+    d.decode_address = f.decode_address;
+    d.handoff_deadline = std::chrono::milliseconds(f.handoff_deadline_ms);
+    d.progress = f.engine.progress;
+    auto run = kvmesh::RunDisaggregated(d, requests);
+    if (!run.ok()) {
+      std::fprintf(stderr, "kvmesh-synth: %s\n", run.status().ToString().c_str());
+      return 3;
+    }
+    if (f.json) {
+      PrintDisaggregatedJson(*run, f);
+    } else {
+      PrintDisaggregatedText(*run, f);
+    }
+    const bool ok = run->decode.check_failures == 0 && run->decode.failed_requests == 0 &&
+                    run->prefill.failed_requests == 0 && run->failed_handoffs == 0;
+    return ok ? 0 : 1;
   }
   auto stats = kvmesh::RunSyntheticWorkload(f.engine, requests);
   if (!stats.ok()) {

@@ -6,8 +6,12 @@
 //   - blocks B already holds are not moved; only the rest are;
 //   - kvnode processes, HND prefill and NHD decode: a client asks the prefill node to hand off
 //     (HandOffTo), decode on the other node checked step by step; a second handoff moves nothing;
+//   - a converting handoff from a holder that corrupts a bundle or sends another block's: nothing
+//     moved, the decode side computes and its checks pass;
 //   - a decode node that stops answering: the handoff fails within the peer request timeout and
-//     the source blocks, pinned while it waited, are unpinned (no leak).
+//     the source blocks, pinned while it waited, are unpinned (no leak);
+//   - kvmesh-synth's disaggregated mode over two kvnode processes: prefill, handoff and checked
+//     decode of each request of a multi-turn workload; an unreachable decode address.
 #include "node/handoff.h"
 
 #include <gtest/gtest.h>
@@ -16,13 +20,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
 #include "node/client.h"
+#include "node/control_server.h"
 #include "node/node.h"
 #include "node/node_config.h"
 #include "node/synthetic_engine.h"
+#include "tests/node/loopback_port.h"
+#include "tests/node/lying_holder.h"
 #include "tests/node/node_process.h"
 #include "tests/node/peer_test_util.h"
 
@@ -197,6 +205,62 @@ TEST(HandoffTest, SourceBlocksAreUnpinnedWhenTheDecodeNodeDoesNotAnswer) {
   a->Shutdown();
 }
 
+// A converting handoff (A in HND to B in NHD) from a holder that lies: B pulls from a lying
+// PeerService standing in for A (A's engine and sessions, its own server), which corrupts a payload
+// byte of, or sends another block's bundle for, the first block of every fetch. Each bundle is
+// verified where it landed before its converting copy, so nothing is moved, the handoff answers
+// so, and B's engine computes the prompt with every check passing.
+void ExpectConvertingHandoffRefusesLies(int corrupt_at, int foreign_at) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", "HND");
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", "NHD");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto requests = Prompt(3000, 8);
+  ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
+  node_test::LyingSource liar(a->block_source(), a->peer_service()->codecs(), corrupt_at,
+                              foreign_at);
+  PeerService lying(PeerServiceOptions{}, a->peer_sessions(), &liar, a->peer_service()->codecs());
+  node_test::PeerOnlyHandler handler(&lying);
+  ControlServerOptions so;
+  so.node_id = "node-a";
+  so.secret = kTestSecret;
+  so.tcp_listen = "127.0.0.1:0";
+  auto server = ControlServer::Start(so, &handler);
+  ASSERT_TRUE(server.ok()) << server.status();
+  b->peers()->Upsert({.node_id = "node-a", .control_address = (*server)->tcp_address()});
+  a->peers()->Upsert({.node_id = "node-b", .control_address = b->tcp_address()});
+
+  Result<HandoffResult> r =
+      a->handoff_sender()->HandOff("node-b", TraceTokens(requests[0], kBlockTokens),
+                                   SequenceOptions{}, std::chrono::milliseconds(5000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->wanted_blocks, 7);
+  EXPECT_EQ(r->moved_blocks, 0);
+  EXPECT_EQ(r->held_blocks, 0);
+  EXPECT_EQ(b->handoff_receiver()->stats().converted_blocks, 0);
+  EXPECT_GT(lying.stats().blocks_sent, 0);  // the lies did travel
+  EXPECT_EQ(PinnedBlocks(*a), 0);
+  EXPECT_EQ(PinnedBlocks(*b), 0);
+  const SyntheticWorkloadStats decode = RunOn(b->unix_socket(), requests);
+  EXPECT_EQ(decode.failed_requests, 0) << decode.first_error;
+  EXPECT_EQ(decode.check_failures, 0) << decode.first_error;
+  EXPECT_GT(decode.checks, 0);
+  EXPECT_EQ(decode.pool_hit_blocks, 0);
+  EXPECT_EQ(decode.remote_hit_blocks, 0);
+  b->Shutdown();  // before the lying server, as in peer_fetch_test
+  (*server)->Stop();
+  a->Shutdown();
+}
+
+TEST(HandoffTest, ConvertingHandoffRefusesACorruptedBundle) {
+  ExpectConvertingHandoffRefusesLies(0, -1);
+}
+
+TEST(HandoffTest, ConvertingHandoffRefusesAnotherBlocksBundle) {
+  ExpectConvertingHandoffRefusesLies(-1, 0);
+}
+
 // Prefill on one kvnode process, handoff asked of it by a client (HandOffTo, as an engine or a tool
 // would), decode on another kvnode process in the other order: every decode step checked.
 TEST(HandoffTest, KvnodeProcessesPrefillHereDecodeThere) {
@@ -237,6 +301,94 @@ TEST(HandoffTest, KvnodeProcessesPrefillHereDecodeThere) {
   EXPECT_GT(on_decode.checks, 0);
   EXPECT_EQ(on_decode.pool_hit_blocks, 11);
   EXPECT_EQ(on_decode.remote_hit_blocks, 0);
+}
+
+// kvmesh-synth's disaggregated mode, as an operator runs it: each request of a multi-turn workload
+// prefilled on the HND node, handed off to the NHD node, decoded there with every step checked.
+// Later turns find their conversation's earlier blocks on the decode node already (had), so only
+// the new ones move; every held block is a pool hit of the decode engine. A decode address nobody
+// answers at: every handoff fails and says so (exit 1), the decode node computes the prompts
+// itself and its checks still pass.
+TEST(HandoffTest, KvmeshSynthPrefillsHandsOffAndDecodesEachRequest) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir.path() / "p");
+  std::filesystem::create_directories(dir.path() / "d");
+  auto prefill =
+      KvnodeProcess::Start(dir.path() / "p", PeerConfig(dir.path() / "p", "prefill-1", "HND"));
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  auto decode =
+      KvnodeProcess::Start(dir.path() / "d", PeerConfig(dir.path() / "d", "decode-1", "NHD"));
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  const auto args = [&](const std::string& decode_address, const std::string& seed) {
+    return std::vector<std::string>{"--socket",
+                                    (*prefill)->unix_socket(),
+                                    "--secret",
+                                    kTestSecret,
+                                    "--decode-socket",
+                                    (*decode)->unix_socket(),
+                                    "--decode-node-id",
+                                    "decode-1",
+                                    "--decode-address",
+                                    decode_address,
+                                    "--handoff-deadline-ms",
+                                    "3000",
+                                    "--synthetic",
+                                    "--seed",
+                                    seed,
+                                    "--conversations",
+                                    "3",
+                                    "--turns",
+                                    "3",
+                                    "--block-tokens",
+                                    std::to_string(kBlockTokens),
+                                    "--system-prompts",
+                                    "1",
+                                    "--system-prompt-blocks",
+                                    "2",
+                                    "--turn-blocks-max",
+                                    "3",
+                                    "--decode-tokens",
+                                    "2",
+                                    "--json"};
+  };
+  node_test::RunOutput ok = node_test::RunToCompletion(
+      node_test::SynthPath(), args((*decode)->tcp_address(), "1"), dir.path() / "synth");
+  ASSERT_TRUE(ok.status.exited) << ok.err;
+  ASSERT_EQ(ok.status.code, 0) << ok.out << ok.err;
+  const nlohmann::json j = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(j["schema"], "kvmesh.disaggregated/1");
+  EXPECT_EQ(j["decode_node_id"], "decode-1");
+  const nlohmann::json& h = j["handoff"];
+  EXPECT_EQ(h["answered"], 9);
+  EXPECT_EQ(h["failed"], 0);
+  EXPECT_GT(h["moved_blocks"].get<std::int64_t>(), 0);
+  EXPECT_GT(h["had_blocks"].get<std::int64_t>(), 0);  // later turns: earlier blocks there already
+  EXPECT_EQ(h["had_blocks"].get<std::int64_t>() + h["moved_blocks"].get<std::int64_t>(),
+            h["wanted_blocks"].get<std::int64_t>());
+  EXPECT_EQ(h["held_blocks"], h["wanted_blocks"]);
+  const nlohmann::json& d = j["decode"];
+  EXPECT_EQ(d["requests"], 9);
+  EXPECT_EQ(d["failed_requests"], 0);
+  EXPECT_EQ(d["hits"]["pool"], h["held_blocks"]);  // every handed-off block, and only those
+  EXPECT_EQ(d["hits"]["remote"], 0);
+  EXPECT_GT(d["checks"].get<std::int64_t>(), 0);
+  EXPECT_EQ(d["check_failures"], 0) << d["first_error"];
+  EXPECT_EQ(j["prefill"]["decode_tokens"], 0);
+
+  // Nobody at the decode address (and other prompts): the handoffs fail, the decode node computes
+  // and checks.
+  node_test::RunOutput lost = node_test::RunToCompletion(
+      node_test::SynthPath(),
+      args("127.0.0.1:" + std::to_string(node_test::FreeLoopbackPort()), "2"),
+      dir.path() / "synth-lost");
+  ASSERT_TRUE(lost.status.exited) << lost.err;
+  EXPECT_EQ(lost.status.code, 1) << lost.out << lost.err;
+  const nlohmann::json l = nlohmann::json::parse(lost.out);
+  EXPECT_EQ(l["handoff"]["answered"], 0);
+  EXPECT_EQ(l["handoff"]["failed"], 9);
+  EXPECT_NE(l["handoff"]["first_error"].get<std::string>(), "");
+  EXPECT_EQ(l["decode"]["check_failures"], 0) << l["decode"]["first_error"];
+  EXPECT_GT(l["decode"]["checks"].get<std::int64_t>(), 0);
 }
 
 }  // namespace

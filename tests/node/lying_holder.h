@@ -1,0 +1,81 @@
+// A holder that lies, for the requester's verification tests (peer_fetch_test, handoff_test): a
+// BlockSource that corrupts or swaps blocks, and a control server handler that answers only peer
+// requests through a PeerService of its own (so that the lying PeerService can stand in for a
+// node under that node's id and engine).
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "node/peer_service.h"
+#include "node/request_handler.h"
+
+namespace kvmesh::node_test {
+
+// A holder's block source that lies: flips a byte in the middle of block `corrupt_at`'s bundle (its
+// payload, copied out of the pool into the slot first, so the pool itself stays right), or sends
+// the bundle of the next block in place of block `foreign_at` (a valid bundle of another content
+// id).
+class LyingSource final : public BlockSource {
+ public:
+  LyingSource(BlockSource* inner, std::vector<BundleCodec> codecs, int corrupt_at, int foreign_at)
+      : inner_(inner),
+        codecs_(std::move(codecs)),
+        corrupt_at_(corrupt_at),
+        foreign_at_(foreign_at) {}
+  Held Count(std::span<const ContentId> ids) override { return inner_->Count(ids); }
+  bool Encode(std::span<const ContentId> ids, std::size_t i,
+              std::span<const std::span<std::byte>> slots, Prepared* out) override {
+    const std::size_t asked = static_cast<int>(i) == foreign_at_ && i + 1 < ids.size() ? i + 1 : i;
+    if (!inner_->Encode(ids, asked, slots, out)) return false;
+    if (static_cast<int>(i) == corrupt_at_) {
+      for (const BundleRange& r : codecs_[0].data_ranges()) {
+        const std::byte*& from =
+            out->payload[0][static_cast<std::size_t>(std::max(r.component, 0))];
+        if (r.component < 0 || from == nullptr) continue;
+        std::memcpy(slots[0].data() + r.offset, from, static_cast<std::size_t>(r.length));
+        from = nullptr;
+      }
+      std::span<std::byte> b = slots[0].first(static_cast<std::size_t>(codecs_[0].bundle_bytes()));
+      b[b.size() / 2] ^= std::byte{0x40};
+    }
+    return true;
+  }
+
+ private:
+  BlockSource* const inner_;
+  const std::vector<BundleCodec> codecs_;
+  const int corrupt_at_;
+  const int foreign_at_;
+};
+
+// A control server that answers only peer requests, through a PeerService of its own.
+class PeerOnlyHandler final : public RequestHandler {
+ public:
+  explicit PeerOnlyHandler(PeerService* service) : service_(service) {}
+  std::shared_ptr<SessionState> OpenSession(const SessionInfo& info) override {
+    return std::make_shared<SessionState>(info);
+  }
+  HandlerResult Handle(SessionState& s, const rpc::Request& request) override {
+    HandlerResult r;
+    Status st = PeerService::Handles(request.body_case())
+                    ? service_->Handle(s.info(), request, &r.response)
+                    : Status::NotSupported("peer requests only");
+    if (!st.ok()) {
+      r.response.clear_body();
+      r.response.mutable_error()->set_code(static_cast<std::uint32_t>(st.code()));
+      r.response.mutable_error()->set_message(st.message());
+    }
+    return r;
+  }
+  void CloseSession(SessionState&) override {}
+  KvEventBatch PollEvents(std::uint64_t, std::size_t) override { return {}; }
+
+ private:
+  PeerService* service_;
+};
+
+}  // namespace kvmesh::node_test
