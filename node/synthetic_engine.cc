@@ -318,7 +318,9 @@ void Worker::Report(const SyntheticWorkloadStats& s) {
   (void)client_->Call(std::move(req));  // best effort: the counts are the engine's own
 }
 
-void Merge(const SyntheticWorkloadStats& a, SyntheticWorkloadStats& into) {
+}  // namespace
+
+void MergeWorkloadStats(const SyntheticWorkloadStats& a, SyntheticWorkloadStats& into) {
   into.requests += a.requests;
   into.failed_requests += a.failed_requests;
   into.prompt_tokens += a.prompt_tokens;
@@ -335,8 +337,6 @@ void Merge(const SyntheticWorkloadStats& a, SyntheticWorkloadStats& into) {
   into.worst_error = std::max(into.worst_error, a.worst_error);
   if (into.first_error.empty()) into.first_error = a.first_error;
 }
-
-}  // namespace
 
 std::vector<Token> TraceTokens(const TraceRequest& request, std::int32_t block_tokens) {
   std::vector<Token> tokens(request.hash_ids.size() * static_cast<std::size_t>(block_tokens));
@@ -385,7 +385,7 @@ Result<SyntheticWorkloadStats> RunSyntheticWorkload(const SyntheticEngineOptions
         worker->Run(i, requests[i], s);
         worker->Report(s);
         std::lock_guard<std::mutex> lock(mu);
-        Merge(s, total);
+        MergeWorkloadStats(s, total);
         ++done;
         if (options.progress) options.progress(done, static_cast<std::int64_t>(requests.size()));
       }

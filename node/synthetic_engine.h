@@ -82,6 +82,9 @@ struct SyntheticWorkloadStats {
 Result<SyntheticWorkloadStats> RunSyntheticWorkload(const SyntheticEngineOptions& options,
                                                     std::span<const TraceRequest> requests);
 
+// Adds `a`'s counts to `into` (the largest worst_error, the first first_error); not seconds.
+void MergeWorkloadStats(const SyntheticWorkloadStats& a, SyntheticWorkloadStats& into);
+
 // The prompt tokens of a trace request: its hash ids' tokens (block_tokens each), cut to
 // input_length.
 std::vector<Token> TraceTokens(const TraceRequest& request, std::int32_t block_tokens);

@@ -8,25 +8,6 @@
 namespace kvmesh {
 namespace {
 
-void Add(const SyntheticWorkloadStats& from, SyntheticWorkloadStats* into) {
-  into->requests += from.requests;
-  into->failed_requests += from.failed_requests;
-  into->prompt_tokens += from.prompt_tokens;
-  into->reused_tokens += from.reused_tokens;
-  into->computed_tokens += from.computed_tokens;
-  into->input_blocks += from.input_blocks;
-  into->pool_hit_blocks += from.pool_hit_blocks;
-  into->host_hit_blocks += from.host_hit_blocks;
-  into->disk_hit_blocks += from.disk_hit_blocks;
-  into->remote_hit_blocks += from.remote_hit_blocks;
-  into->decode_tokens += from.decode_tokens;
-  into->checks += from.checks;
-  into->check_failures += from.check_failures;
-  into->worst_error = std::max(into->worst_error, from.worst_error);
-  into->seconds += from.seconds;
-  if (into->first_error.empty()) into->first_error = from.first_error;
-}
-
 double Since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -61,7 +42,8 @@ Result<DisaggregatedStats> RunDisaggregated(const DisaggregatedOptions& options,
   for (std::int64_t i = 0; i < total; ++i) {
     const std::span<const TraceRequest> one = requests.subspan(static_cast<std::size_t>(i), 1);
     KVMESH_ASSIGN_OR_RETURN(const SyntheticWorkloadStats p, RunSyntheticWorkload(prefill, one));
-    Add(p, &out.prefill);
+    MergeWorkloadStats(p, out.prefill);
+    out.prefill.seconds += p.seconds;
     const std::vector<Token> tokens = TraceTokens(one.front(), prefill.block_tokens);
     const auto handoff_start = std::chrono::steady_clock::now();
     Result<rpc::HandoffResponse> h =
@@ -79,7 +61,8 @@ Result<DisaggregatedStats> RunDisaggregated(const DisaggregatedOptions& options,
       if (out.first_handoff_error.empty()) out.first_handoff_error = h.status().ToString();
     }
     KVMESH_ASSIGN_OR_RETURN(const SyntheticWorkloadStats d, RunSyntheticWorkload(decode, one));
-    Add(d, &out.decode);
+    MergeWorkloadStats(d, out.decode);
+    out.decode.seconds += d.seconds;
     if (options.progress) options.progress(i + 1, total);
   }
   out.seconds = Since(start);

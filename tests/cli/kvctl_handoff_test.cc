@@ -29,13 +29,9 @@ std::string WriteTokens(const std::filesystem::path& path, const std::vector<Tok
 
 TEST(KvctlHandoffTest, PrefillHereDecodeThereThroughKvctl) {
   node_test::ScratchDir dir;
-  std::filesystem::create_directories(dir.path() / "p");
-  std::filesystem::create_directories(dir.path() / "d");
-  auto prefill = KvnodeProcess::Start(dir.path() / "p",
-                                      node_test::PeerConfig(dir.path() / "p", "prefill-1", "HND"));
+  auto prefill = node_test::StartPeerProcess(dir.path() / "p", "prefill-1", "HND");
   ASSERT_TRUE(prefill.ok()) << prefill.status();
-  auto decode = KvnodeProcess::Start(dir.path() / "d",
-                                     node_test::PeerConfig(dir.path() / "d", "decode-1", "NHD"));
+  auto decode = node_test::StartPeerProcess(dir.path() / "d", "decode-1", "NHD");
   ASSERT_TRUE(decode.ok()) << decode.status();
   const auto requests = node_test::Prompt(7000, 9);
   ASSERT_EQ(node_test::RunOn((*prefill)->unix_socket(), requests).check_failures, 0);

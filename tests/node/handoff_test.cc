@@ -222,11 +222,7 @@ void ExpectConvertingHandoffRefusesLies(int corrupt_at, int foreign_at) {
                               foreign_at);
   PeerService lying(PeerServiceOptions{}, a->peer_sessions(), &liar, a->peer_service()->codecs());
   node_test::PeerOnlyHandler handler(&lying);
-  ControlServerOptions so;
-  so.node_id = "node-a";
-  so.secret = kTestSecret;
-  so.tcp_listen = "127.0.0.1:0";
-  auto server = ControlServer::Start(so, &handler);
+  auto server = node_test::StartPeerOnlyServer("node-a", kTestSecret, &handler);
   ASSERT_TRUE(server.ok()) << server.status();
   b->peers()->Upsert({.node_id = "node-a", .control_address = (*server)->tcp_address()});
   a->peers()->Upsert({.node_id = "node-b", .control_address = b->tcp_address()});
@@ -265,13 +261,9 @@ TEST(HandoffTest, ConvertingHandoffRefusesAnotherBlocksBundle) {
 // would), decode on another kvnode process in the other order: every decode step checked.
 TEST(HandoffTest, KvnodeProcessesPrefillHereDecodeThere) {
   ScratchDir dir;
-  std::filesystem::create_directories(dir.path() / "p");
-  std::filesystem::create_directories(dir.path() / "d");
-  auto prefill =
-      KvnodeProcess::Start(dir.path() / "p", PeerConfig(dir.path() / "p", "prefill-1", "HND"));
+  auto prefill = node_test::StartPeerProcess(dir.path() / "p", "prefill-1", "HND");
   ASSERT_TRUE(prefill.ok()) << prefill.status();
-  auto decode =
-      KvnodeProcess::Start(dir.path() / "d", PeerConfig(dir.path() / "d", "decode-1", "NHD"));
+  auto decode = node_test::StartPeerProcess(dir.path() / "d", "decode-1", "NHD");
   ASSERT_TRUE(decode.ok()) << decode.status();
   const auto requests = Prompt(6000, 12);
   ASSERT_EQ(RunOn((*prefill)->unix_socket(), requests).check_failures, 0);
@@ -311,13 +303,9 @@ TEST(HandoffTest, KvnodeProcessesPrefillHereDecodeThere) {
 // itself and its checks still pass.
 TEST(HandoffTest, KvmeshSynthPrefillsHandsOffAndDecodesEachRequest) {
   ScratchDir dir;
-  std::filesystem::create_directories(dir.path() / "p");
-  std::filesystem::create_directories(dir.path() / "d");
-  auto prefill =
-      KvnodeProcess::Start(dir.path() / "p", PeerConfig(dir.path() / "p", "prefill-1", "HND"));
+  auto prefill = node_test::StartPeerProcess(dir.path() / "p", "prefill-1", "HND");
   ASSERT_TRUE(prefill.ok()) << prefill.status();
-  auto decode =
-      KvnodeProcess::Start(dir.path() / "d", PeerConfig(dir.path() / "d", "decode-1", "NHD"));
+  auto decode = node_test::StartPeerProcess(dir.path() / "d", "decode-1", "NHD");
   ASSERT_TRUE(decode.ok()) << decode.status();
   const auto args = [&](const std::string& decode_address, const std::string& seed) {
     return std::vector<std::string>{"--socket",

@@ -8,8 +8,10 @@
 #include <cstring>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "node/control_server.h"
 #include "node/peer_service.h"
 #include "node/request_handler.h"
 
@@ -77,5 +79,17 @@ class PeerOnlyHandler final : public RequestHandler {
  private:
   PeerService* service_;
 };
+
+// A control server on 127.0.0.1 (a free port) that says it is `node_id` and answers through
+// `handler` (which outlives it).
+inline Result<std::unique_ptr<ControlServer>> StartPeerOnlyServer(const std::string& node_id,
+                                                                  const std::string& secret,
+                                                                  RequestHandler* handler) {
+  ControlServerOptions so;
+  so.node_id = node_id;
+  so.secret = secret;
+  so.tcp_listen = "127.0.0.1:0";
+  return ControlServer::Start(so, handler);
+}
 
 }  // namespace kvmesh::node_test

@@ -123,11 +123,7 @@ void ExpectLiesRefused(int corrupt_at, int foreign_at, std::int64_t expected_hit
   LyingSource liar(a->block_source(), a->peer_service()->codecs(), corrupt_at, foreign_at);
   PeerService lying(PeerServiceOptions{}, a->peer_sessions(), &liar, a->peer_service()->codecs());
   PeerOnlyHandler handler(&lying);
-  ControlServerOptions so;
-  so.node_id = "node-a";
-  so.secret = kTestSecret;
-  so.tcp_listen = "127.0.0.1:0";
-  auto server = ControlServer::Start(so, &handler);
+  auto server = node_test::StartPeerOnlyServer("node-a", kTestSecret, &handler);
   ASSERT_TRUE(server.ok()) << server.status();
   b->peers()->Upsert({.node_id = "node-a", .control_address = (*server)->tcp_address()});
 

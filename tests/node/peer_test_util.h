@@ -1,5 +1,6 @@
 // Helpers shared by the peer data path tests (peer_fetch_test, handoff_test): a node config with
-// the peer section on (UCX over tcp/lo), a prompt of whole blocks, and one synthetic-engine run
+// the peer section on (UCX over tcp/lo), a kvnode process of it, a prompt of whole blocks, and one
+// synthetic-engine run
 // whose dense-reference checks are the tests' proof that fetched or handed-off blocks are right.
 #pragma once
 
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,14 @@ inline std::string PeerConfig(const std::filesystem::path& dir, const std::strin
 }
 
 // One request of `blocks` whole blocks whose hash ids start at `first`.
+// A kvnode process with PeerConfig(dir, node_id, kv_layout), in `dir` (created).
+inline Result<std::unique_ptr<KvnodeProcess>> StartPeerProcess(const std::filesystem::path& dir,
+                                                               const std::string& node_id,
+                                                               const std::string& kv_layout) {
+  std::filesystem::create_directories(dir);
+  return KvnodeProcess::Start(dir, PeerConfig(dir, node_id, kv_layout));
+}
+
 inline std::vector<TraceRequest> Prompt(std::uint64_t first, int blocks) {
   TraceRequest r;
   for (int i = 0; i < blocks; ++i) r.hash_ids.push_back(first + static_cast<std::uint64_t>(i));
