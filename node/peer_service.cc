@@ -217,7 +217,7 @@ Status PeerService::FetchBlocks(const SessionInfo& session, const rpc::FetchBloc
   std::size_t encoded = 0;
   while (encoded < ids.size() && st.ok()) {
     const std::size_t first = wire.size();
-    std::size_t blocks = 1;
+    bool rest_missing = false;
     BlockSource::Prepared prepared;
     prepared.payload.assign(pools, {});
     if (source_->Encode(ids, encoded, std::span(spans).subspan(encoded * pools, pools),
@@ -226,8 +226,9 @@ Status PeerService::FetchBlocks(const SessionInfo& session, const rpc::FetchBloc
       pins.push_back(std::move(prepared.pins));
       ++encoded;
     } else {
-      // Not held any more: this block and the rest go as zeros (a miss for the requester).
-      blocks = ids.size() - encoded;
+      // Not held any more: this block and the rest go as zeros (a miss for the requester), in
+      // one last Send.
+      rest_missing = true;
       prepared.payload.assign(pools, {});
       for (std::size_t b = encoded; b < ids.size(); ++b) {
         for (std::size_t p = 0; p < pools; ++p) {
@@ -244,7 +245,7 @@ Status PeerService::FetchBlocks(const SessionInfo& session, const rpc::FetchBloc
     } else {
       st = op.status();
     }
-    if (blocks != 1) break;
+    if (rest_missing) break;
   }
   // A send that could not start leaves the grant incomplete: the ones in flight would wait for
   // it until the deadline, so they are cancelled. The lease and the pins outlive UCX's reads.

@@ -17,20 +17,25 @@
 
 namespace kvmesh::node_test {
 
-// A holder's block source that lies: flips a byte in the middle of block `corrupt_at`'s bundle (its
-// payload, copied out of the pool into the slot first, so the pool itself stays right), or sends
-// the bundle of the next block in place of block `foreign_at` (a valid bundle of another content
-// id).
+// A holder's block source that lies (or forgets): flips a byte in the middle of block
+// `corrupt_at`'s bundle (its payload, copied out of the pool into the slot first, so the pool
+// itself stays right), or sends the bundle of the next block in place of block `foreign_at` (a
+// valid bundle of another content id).
 class LyingSource final : public BlockSource {
  public:
-  LyingSource(BlockSource* inner, std::vector<BundleCodec> codecs, int corrupt_at, int foreign_at)
+  // `missing_at`: block `missing_at` of a fetch (and so every one after it) is said not to be
+  // held any more, as after an eviction between HaveBlocks and FetchBlocks.
+  LyingSource(BlockSource* inner, std::vector<BundleCodec> codecs, int corrupt_at, int foreign_at,
+              int missing_at = -1)
       : inner_(inner),
         codecs_(std::move(codecs)),
         corrupt_at_(corrupt_at),
-        foreign_at_(foreign_at) {}
+        foreign_at_(foreign_at),
+        missing_at_(missing_at) {}
   Held Count(std::span<const ContentId> ids) override { return inner_->Count(ids); }
   bool Encode(std::span<const ContentId> ids, std::size_t i,
               std::span<const std::span<std::byte>> slots, Prepared* out) override {
+    if (static_cast<int>(i) == missing_at_) return false;
     const std::size_t asked = static_cast<int>(i) == foreign_at_ && i + 1 < ids.size() ? i + 1 : i;
     if (!inner_->Encode(ids, asked, slots, out)) return false;
     if (static_cast<int>(i) == corrupt_at_) {
@@ -52,6 +57,7 @@ class LyingSource final : public BlockSource {
   const std::vector<BundleCodec> codecs_;
   const int corrupt_at_;
   const int foreign_at_;
+  const int missing_at_;
 };
 
 // A control server that answers only peer requests, through a PeerService of its own.

@@ -111,7 +111,8 @@ TEST(PeerFetchTest, PrefixComputedOnAIsAdmittedOnBAsRemoteHits) {
 using node_test::LyingSource;
 using node_test::PeerOnlyHandler;
 
-void ExpectLiesRefused(int corrupt_at, int foreign_at, std::int64_t expected_hits) {
+void ExpectLiesRefused(int corrupt_at, int foreign_at, std::int64_t expected_hits,
+                       int missing_at = -1) {
   ScratchDir dir;
   std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
   std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b");
@@ -120,7 +121,8 @@ void ExpectLiesRefused(int corrupt_at, int foreign_at, std::int64_t expected_hit
   const auto requests = Prompt(2000, 6);
   ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
   // A's blocks, served by a lying PeerService on a server of its own, as node-a.
-  LyingSource liar(a->block_source(), a->peer_service()->codecs(), corrupt_at, foreign_at);
+  LyingSource liar(a->block_source(), a->peer_service()->codecs(), corrupt_at, foreign_at,
+                   missing_at);
   PeerService lying(PeerServiceOptions{}, a->peer_sessions(), &liar, a->peer_service()->codecs());
   PeerOnlyHandler handler(&lying);
   auto server = node_test::StartPeerOnlyServer("node-a", kTestSecret, &handler);
@@ -134,7 +136,9 @@ void ExpectLiesRefused(int corrupt_at, int foreign_at, std::int64_t expected_hit
   EXPECT_EQ(on_b.remote_hit_blocks, expected_hits);
   EXPECT_EQ(on_b.reused_tokens, expected_hits * kBlockTokens);
   const RemoteFetchStats fs = b->remote_fetcher()->stats();
-  EXPECT_EQ(fs.refused_blocks, 1);
+  EXPECT_EQ(fs.refused_blocks, missing_at < 0 ? 1 : 0);  // a block not held is a miss, not a lie
+  // B fetches the prompt's first 5 blocks (the last full one is recomputed with the decoded token).
+  EXPECT_EQ(lying.stats().blocks_missing, missing_at < 0 ? 0 : 5 - missing_at);
   EXPECT_EQ(fs.fetched_blocks, expected_hits);
   EXPECT_EQ(PinnedBlocks(*b), 0);
   // The workload released its sequence; what is not cached is free again (no reservation kept).
@@ -147,6 +151,12 @@ void ExpectLiesRefused(int corrupt_at, int foreign_at, std::int64_t expected_hit
   (*server)->Stop();
   a->Shutdown();
 }
+
+// The holder no longer has the fetch's last block (or its last three): the others arrive as
+// remote hits, the missing ones are computed, nothing is refused. (The last block alone once made
+// the holder send it again and again.)
+TEST(PeerFetchTest, LastBlockNoLongerHeldIsAMiss) { ExpectLiesRefused(-1, -1, 4, 4); }
+TEST(PeerFetchTest, LastBlocksNoLongerHeldAreMisses) { ExpectLiesRefused(-1, -1, 2, 2); }
 
 TEST(PeerFetchTest, CorruptedBundleIsRefusedAndComputed) { ExpectLiesRefused(2, -1, 2); }
 
