@@ -68,7 +68,7 @@ std::array<std::uint8_t, 32> Sha256::Finish() {
   unsigned int len = 0;
   KVMESH_CHECK(EVP_DigestFinal_ex(impl_->ctx, out.data(), &len) == 1 && len == 32)
       << "EVP_DigestFinal_ex";
-  KVMESH_CHECK(EVP_DigestInit_ex(impl_->ctx, EVP_sha256(), nullptr) == 1) << "EVP_DigestInit_ex";
+  Begin(impl_->ctx);  // ready for the next message, with the algorithm fetched once
   return out;
 }
 
