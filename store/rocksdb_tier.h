@@ -38,7 +38,10 @@
 // Blob garbage: an evicted or erased bundle stays in its blob file until RocksDB's blob garbage
 // collection (GC) rewrites the file's live bundles elsewhere and deletes the file; GC runs inside
 // compactions. RocksDB's background compactions collect the oldest quarter of the blob files (and
-// force compactions of the files holding them once half their bytes are dead). When those
+// force compactions of the files holding them once half their bytes are dead) — rewriting their
+// live bundles whether or not the files hold any garbage, so the upkeep thread turns that on only
+// while a pool's blob files hold more than 10% garbage as RocksDB counts it, and off again below
+// 5% (UpdateBackgroundGc; a tier that only fills rewrites nothing). When those
 // compactions do not get their turn (short runs that close first, a loaded machine) the files fill
 // with dead bundles (seen: 491 blocks, 184 MiB live in 858 MB, puts refused at capacity). So when
 // the files reach the write limit's resume mark with more than 1.5 x the live bundles + 4 MiB, and
@@ -219,6 +222,16 @@ class RocksDbTier final : public BlockTier {
   Status Flush();
   // Waits until RocksDB has no pending or running compaction (benchmarks).
   Status WaitForCompactions();
+  // How many times a put woke the upkeep thread for a kFlush flush (once each time the unflushed
+  // bytes cross flush_after_bytes; never under kNone or kWal, which flush on no byte count).
+  [[nodiscard]] std::int64_t flush_requests() const {
+    return flush_requests_.load(std::memory_order_relaxed);
+  }
+  // Whether RocksDB's background compactions collect blob garbage now, in any pool (see Blob
+  // garbage above).
+  [[nodiscard]] bool background_gc() const {
+    return background_gc_on_.load(std::memory_order_relaxed);
+  }
   // How many garbage collections (CollectGarbage, by anyone) have completed since open.
   [[nodiscard]] std::int64_t garbage_collections() const {
     return gc_runs_.load(std::memory_order_relaxed);
@@ -348,6 +361,10 @@ class RocksDbTier final : public BlockTier {
   // (on_disk > kGcTrigger x live + kGcSlack, with blob files), and there is room to rewrite the
   // live bundles first (on_disk + live within the capacity, when it is counted on disk).
   [[nodiscard]] bool WorthCollecting(std::int64_t on_disk, std::int64_t live) const;
+  // Turns RocksDB's blob garbage collection in background compactions on for a bundle family
+  // whose blob files hold more than kBackgroundGcOn of garbage (as RocksDB has counted it), and
+  // off again below kBackgroundGcOff (upkeep thread).
+  void UpdateBackgroundGc();
   // The upkeep thread's GC: CollectGarbage on gc_thread_ (one at a time), joined at close.
   void StartCollectingGarbage();
   [[nodiscard]] std::int64_t EffectiveWriteBuffer() const;
@@ -398,7 +415,9 @@ class RocksDbTier final : public BlockTier {
   std::thread gc_thread_;           // upkeep thread: a CollectGarbage started at capacity
   std::int64_t last_gc_ns_ = 0;     // upkeep thread: when it last started one
   std::atomic<bool> gc_running_{false};
-  std::atomic<bool> gc_done_{false};      // a collection completed; the upkeep's next sample resets
+  std::atomic<bool> gc_done_{false};  // a collection completed; the upkeep's next sample resets
+  std::atomic<std::int64_t> flush_requests_{0};  // puts that woke the upkeep for a flush
+  std::atomic<bool> background_gc_on_{false};    // UpdateBackgroundGc's last word, any pool
   std::atomic<std::int64_t> gc_runs_{0};  // CollectGarbage calls completed (open, upkeep, callers)
   Mutex flush_mu_;                        // one flush at a time (Flush() and the upkeep thread)
   // Not flush_mu_: RocksDB calls the flush listener while a Flush() holding flush_mu_ waits.
