@@ -21,6 +21,10 @@ struct RocksDbTier::PoolFamilies {
   const BundleCodec codec;
   rocksdb::ColumnFamilyHandle* data = nullptr;
   rocksdb::ColumnFamilyHandle* meta = nullptr;
+  // Whether RocksDB's blob garbage collection runs in this family's background compactions now
+  // (RocksDbTier::UpdateBackgroundGc; upkeep thread only).
+  bool background_gc = false;
+  bool background_gc_failed = false;  // SetOptions refused it once: left as it is (logged)
 };
 
 namespace rocksdb_tier {

@@ -60,7 +60,10 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const RocksDbTierOptions& o,
       c.enable_blob_files = true;
       c.min_blob_size = static_cast<std::uint64_t>(std::max<std::int64_t>(0, o.min_blob_bytes));
       c.blob_compression_type = rocksdb::kNoCompression;
-      c.enable_blob_garbage_collection = true;
+      // Off until the blob files hold garbage (UpdateBackgroundGc): with it on, every
+      // compaction rewrites the live bundles of the oldest quarter of the blob files, garbage or
+      // not — while a tier fills, that rewrote about a quarter of it at each level-0 compaction.
+      c.enable_blob_garbage_collection = false;
       c.blob_garbage_collection_force_threshold = kBlobForceGcThreshold;
       // The SSTs hold only keys and blob references: compacting them is cheap, and it is what
       // finds evicted bundles' blob space garbage. So compact level 0 early.

@@ -32,6 +32,11 @@ constexpr double kMaxAmplification = 8.0;
 constexpr double kGcTrigger = 1.5;
 constexpr std::int64_t kGcSlack = 4ll << 20;
 constexpr std::int64_t kGcIntervalNs = 5'000'000'000;
+// RocksDB's own blob GC in background compactions rewrites the live bundles of the oldest quarter
+// of the blob files whether or not they hold garbage; so it runs only while the blob files' garbage
+// is above 10% of their bytes, and stops below 5% (hysteresis, so that it does not flap).
+constexpr double kBackgroundGcOn = 0.10;
+constexpr double kBackgroundGcOff = 0.05;
 
 std::int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
@@ -143,7 +148,43 @@ void RocksDbTier::UpkeepLoop() {
       FlushNow().IgnoreError();
     }
     SampleCapacity();
+    UpdateBackgroundGc();
   }
+}
+
+void RocksDbTier::UpdateBackgroundGc() {
+  if (!options_.enable_blob_files || options_.disable_auto_compactions || disabled()) return;
+  bool any = false;
+  for (const auto& p : pools_) {
+    any = any || p->background_gc;
+    if (p->background_gc_failed) continue;
+    std::uint64_t garbage = 0, blob = 0;
+    if (!db_->GetIntProperty(p->data, rocksdb::DB::Properties::kLiveBlobFileGarbageSize,
+                             &garbage) ||
+        !db_->GetIntProperty(p->data, rocksdb::DB::Properties::kLiveBlobFileSize, &blob)) {
+      continue;
+    }
+    const double share = blob > 0 ? static_cast<double>(garbage) / static_cast<double>(blob) : 0;
+    const bool want = p->background_gc ? share > kBackgroundGcOff : share > kBackgroundGcOn;
+    if (want != p->background_gc) {
+      const rocksdb::Status s =
+          db_->SetOptions(p->data, {{"enable_blob_garbage_collection", want ? "true" : "false"}});
+      if (!s.ok()) {
+        p->background_gc_failed = true;
+        KVMESH_LOG_WARN(
+            "rocksdb tier background blob gc left {} path {} pool {} error {} (the collection at "
+            "the write limit still runs)",
+            p->background_gc ? "on" : "off", options_.path, p->config.id.value, s.ToString());
+      } else {
+        p->background_gc = want;
+        KVMESH_LOG_DEBUG(
+            "rocksdb tier background blob gc {} path {} pool {} garbage_bytes {} blob_bytes {}",
+            want ? "on" : "off", options_.path, p->config.id.value, garbage, blob);
+      }
+    }
+    any = any || p->background_gc;
+  }
+  background_gc_on_.store(any, std::memory_order_relaxed);
 }
 
 Status RocksDbTier::FlushNow() {
