@@ -154,9 +154,7 @@ void RocksDbTier::UpkeepLoop() {
 
 void RocksDbTier::UpdateBackgroundGc() {
   if (!options_.enable_blob_files || options_.disable_auto_compactions || disabled()) return;
-  bool any = false;
   for (const auto& p : pools_) {
-    any = any || p->background_gc;
     if (p->background_gc_failed) continue;
     std::uint64_t garbage = 0, blob = 0;
     if (!db_->GetIntProperty(p->data, rocksdb::DB::Properties::kLiveBlobFileGarbageSize,
@@ -182,8 +180,9 @@ void RocksDbTier::UpdateBackgroundGc() {
             want ? "on" : "off", options_.path, p->config.id.value, garbage, blob);
       }
     }
-    any = any || p->background_gc;
   }
+  const bool any =
+      std::any_of(pools_.begin(), pools_.end(), [](const auto& p) { return p->background_gc; });
   background_gc_on_.store(any, std::memory_order_relaxed);
 }
 
