@@ -62,7 +62,7 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const RocksDbTierOptions& o,
       c.blob_compression_type = rocksdb::kNoCompression;
       // Off until the blob files hold garbage (UpdateBackgroundGc): with it on, every
       // compaction rewrites the live bundles of the oldest quarter of the blob files, garbage or
-      // not — while a tier fills, that rewrote about a quarter of it at each level-0 compaction.
+      // not (in the tiered replay, 15% of all CPU time, perf).
       c.enable_blob_garbage_collection = false;
       c.blob_garbage_collection_force_threshold = kBlobForceGcThreshold;
       // The SSTs hold only keys and blob references: compacting them is cheap, and it is what
