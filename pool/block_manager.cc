@@ -412,7 +412,8 @@ Result<AddSequenceResult> BlockManager::AddSequence(RequestId request,
       args.pairs = &copies[p];
       args.num_pairs = 1;
       args.num_tokens = result.partial_tokens;
-      copy_status = cpu::BlockCopy(args, env_.copy_executor);
+      copy_status =
+          env_.block_copy ? env_.block_copy(args) : cpu::BlockCopy(args, env_.copy_executor);
     }
     if (!copy_status.ok()) {
       // The fresh block keeps whatever it held: the engine recomputes the partial tokens.

@@ -30,7 +30,8 @@
 //         child, or the last block matches but its last token must be recomputed) is reused
 //         when the manager has pool memory: an unused cached leaf is claimed (taken out of the tree
 //         and given to the sequence, no copy); a block in use or with children is copied — its
-//         first m tokens, every component, by cpu::BlockCopy — into a fresh block. Without pool
+//         first m tokens, every component, by env.block_copy (cpu::BlockCopy unless set; the
+//         CUDA block copy for device pools) — into a fresh block. Without pool
 //         memory (a metadata-only manager) there is nothing to copy: partial reuse is off and
 //         those tokens are recomputed. Blocks with multimodal items are never partly reused.
 //       - Full-attention pools reuse every matched block; a window pool only the blocks that
@@ -82,6 +83,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -93,6 +95,7 @@
 #include "common/clock.h"
 #include "common/result.h"
 #include "common/thread_annotations.h"
+#include "kernels/block_copy.h"
 #include "kernels/paged_kv_layout.h"
 #include "pool/block_cache.h"
 #include "pool/block_ids.h"
@@ -134,7 +137,12 @@ struct BlockManagerEnv {
   // One view per pool, in pool order, each with at least num_blocks blocks and the manager's
   // tokens_per_block; empty = metadata-only (no copy-on-partial-reuse).
   std::vector<KvPoolView> pool_memory;
-  ThreadPool* copy_executor = nullptr;            // for cpu::BlockCopy; null = calling thread
+  ThreadPool* copy_executor = nullptr;  // for cpu::BlockCopy; null = calling thread
+  // The copy-on-partial-reuse copy between two blocks of one pool's memory; it returns when the
+  // destination is written (a device copy waits for its stream). Empty: cpu::BlockCopy on
+  // copy_executor (host memory). Pools in device memory (kvnode on cuda:N) pass the CUDA block
+  // copy. Called without the manager's lock, possibly from several threads at once.
+  std::function<Status(const BlockCopyArgs&)> block_copy;
   EvictionListener* eviction_listener = nullptr;  // see eviction_listener.h
   std::uint64_t hash_seed = 0;                    // in-process bucket hash; 0 = random
 };

@@ -82,6 +82,51 @@ Result<PrimaryMemory> ParseMeminfo(std::string_view meminfo) {
   return m;
 }
 
+int CudaDeviceCount() {
+#if defined(KVMESH_HAVE_CUDA)
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+#else
+  return 0;
+#endif
+}
+
+Result<PrimaryMemory> DetectDeviceMemory(int device) {
+#if defined(KVMESH_HAVE_CUDA)
+  const int count = CudaDeviceCount();
+  if (device < 0 || device >= count) {
+    return Status::NotFound(StrCat("CUDA device ", device, " does not exist (this process sees ",
+                                   count, count == 1 ? " device)" : " devices)"));
+  }
+  int previous = -1;
+  const bool known = cudaGetDevice(&previous) == cudaSuccess;
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (known) (void)cudaSetDevice(previous);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status::CudaError(
+        StrCat("cudaMemGetInfo(device ", device, ") failed: ", cudaGetErrorString(err)));
+  }
+  PrimaryMemory m;
+  m.kind = PrimaryMemoryKind::kGpu;
+  m.device = device;
+  m.free_bytes = static_cast<std::int64_t>(free_bytes);
+  m.total_bytes = static_cast<std::int64_t>(total_bytes);
+  m.source = StrCat("cudaMemGetInfo(device ", device, ")");
+  return m;
+#else
+  return Status::NotSupported(
+      StrCat("CUDA device ", device, ": this build of kvmesh has no CUDA (nvcc was not found)"));
+#endif
+}
+
 Result<PrimaryMemory> DetectPrimaryMemory() {
 #if defined(KVMESH_HAVE_CUDA)
   auto device = DetectDevice();

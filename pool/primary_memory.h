@@ -27,6 +27,15 @@ struct PrimaryMemory {
 // Errors: kIoError when neither a device nor /proc/meminfo can be read.
 Result<PrimaryMemory> DetectPrimaryMemory();
 
+// The free and total memory of CUDA device `device` (cudaMemGetInfo with that device current; the
+// calling thread's current device is restored). kNotSupported when kvmesh was built without CUDA,
+// kNotFound when the device does not exist (the message gives how many there are), kCudaError
+// when the query fails.
+Result<PrimaryMemory> DetectDeviceMemory(int device);
+
+// How many CUDA devices this process sees (0 without CUDA or without a driver).
+int CudaDeviceCount();
+
 // Parses /proc/meminfo text: {MemAvailable, MemTotal} in bytes (the file gives kB), or
 // kCorruption naming the missing or malformed line.
 Result<PrimaryMemory> ParseMeminfo(std::string_view meminfo);

@@ -153,6 +153,43 @@ TEST(BlockManagerTest, PartlyMatchingBlockInUseIsCopied) {
   EXPECT_CONSISTENT(*m);  // the copy's pins are gone
 }
 
+// Pools the host cannot address (device memory) pass their own copy: the manager calls it, not
+// cpu::BlockCopy, for copy-on-partial-reuse; a copy that fails leaves the tokens to recompute.
+TEST(BlockManagerTest, PartialReuseCopiesThroughTheEnvironmentsBlockCopy) {
+  for (const bool fail : {false, true}) {
+    MemoryFixture mem(8);
+    BlockManagerEnv env = mem.Env();
+    std::vector<BlockCopyArgs> calls;
+    env.block_copy = [&](const BlockCopyArgs& a) {
+      calls.push_back(a);
+      if (fail) return Status::CudaError("injected copy failure");
+      return cpu::BlockCopy(a, nullptr);
+    };
+    auto m = MakeManager(OnePoolConfig(8), env);
+    auto r1 = m->AddSequence(R(1), Tokens(8));
+    ASSERT_TRUE(m->StoreFullBlocks(R(1)).ok());
+    const std::int32_t src = r1->tables[0].block_ids[1];
+    mem.Fill(src, 0x5A);
+    auto r2 = m->AddSequence(R(2), Concat(Tokens(6), {999, 998}));
+    ASSERT_TRUE(r2.ok()) << r2.status();
+    ASSERT_EQ(calls.size(), 1u) << "fail " << fail;
+    EXPECT_EQ(calls[0].num_pairs, 1);
+    EXPECT_EQ(calls[0].num_tokens, 2);
+    EXPECT_EQ(calls[0].src.base[0], mem.storage.view(0).base[0]);
+    const std::int32_t dst = r2->tables[0].block_ids[1];
+    if (fail) {
+      EXPECT_EQ(r2->reused_tokens, 4);
+      EXPECT_EQ(r2->partial, PartialReuse::kNone);
+      EXPECT_EQ(mem.TokenByte(dst, 0, 0), 0);
+    } else {
+      EXPECT_EQ(r2->reused_tokens, 6);
+      EXPECT_EQ(r2->partial, PartialReuse::kCopied);
+      EXPECT_EQ(mem.TokenByte(dst, 0, 0), 0x5A);
+    }
+    EXPECT_CONSISTENT(*m);
+  }
+}
+
 TEST(BlockManagerTest, PartlyMatchingUnusedLeafIsClaimed) {
   MemoryFixture mem(8);
   auto m = MakeManager(OnePoolConfig(8), mem.Env());
