@@ -3,9 +3,18 @@
 //
 // Every call first makes the backend's device current on the calling thread (cudaSetDevice), so a
 // backend may be driven from any thread (one at a time: it is externally synchronised).
+//
+// Memory: Allocate is cudaMalloc on the backend's device (freed by cudaFree with that device made
+// current); Upload is cudaMemcpyAsync on the backend's stream followed by a wait for the stream
+// (the source may be reused when it returns, pageable or pinned); Download is cudaMemcpyAsync on
+// the stream (filled once Synchronize() returns). Copies are cudaMemcpyDefault: the direction is
+// taken from the pointers (unified addressing), since a kind that does not match them is undefined
+// behaviour — device memory, IPC-mapped memory and pinned host memory all work as `dst`/`src`.
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <memory>
+#include <string_view>
 #include <utility>
 
 #include "common/strings.h"
@@ -24,6 +33,42 @@ Status CudaStatus(std::string_view what, cudaError_t err) {
   return cuda::CudaCallStatus(err, what);
 }
 
+// Makes `device` current for its lifetime and restores the caller's current device (destructors and
+// frees must not leave another device current on the caller's thread).
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) {
+    known_ = cudaGetDevice(&previous_) == cudaSuccess;
+    ok_ = cudaSetDevice(device) == cudaSuccess;
+  }
+  ~ScopedDevice() {
+    if (known_) (void)cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  [[nodiscard]] bool ok() const { return ok_; }
+
+ private:
+  int previous_ = -1;
+  bool known_ = false;
+  bool ok_ = false;
+};
+
+// BackendBuffer's release for cudaMalloc'd memory. Errors cannot be reported from here (kernels/
+// does not log, a destructor does not throw); a failed cudaFree leaves the memory to the context.
+void FreeDevice(void* data, int device) noexcept {
+  const ScopedDevice current(device);
+  if (current.ok()) (void)cudaFree(data);
+  (void)cudaGetLastError();  // not a later launch's error
+}
+
+Status CheckCopy(std::string_view what, const void* dst, const void* src, std::size_t bytes) {
+  if (bytes > 0 && (dst == nullptr || src == nullptr)) {
+    return Status::InvalidArgument(StrCat(what, " of ", bytes, " bytes with a null pointer"));
+  }
+  return Status::Ok();
+}
+
 // Owns one non-blocking CUDA stream of one device.
 class CudaStream {
  public:
@@ -33,10 +78,8 @@ class CudaStream {
     // Queued work still completes. The stream's device is made current for the call and the
     // caller's current device is restored; errors cannot be reported from here (kernels/ does not
     // log) and leave nothing to clean up.
-    int previous = -1;
-    const bool known = cudaGetDevice(&previous) == cudaSuccess;
-    if (cudaSetDevice(device_) == cudaSuccess) (void)cudaStreamDestroy(stream_);
-    if (known) (void)cudaSetDevice(previous);
+    const ScopedDevice current(device_);
+    if (current.ok()) (void)cudaStreamDestroy(stream_);
   }
   CudaStream(CudaStream&& other) noexcept
       : device_(other.device_), stream_(std::exchange(other.stream_, nullptr)) {}
@@ -56,6 +99,51 @@ class CudaBackend final : public KernelBackend {
   CudaBackend(int device, CudaStream stream) : device_(device), stream_(std::move(stream)) {}
 
   [[nodiscard]] BackendKind kind() const override { return BackendKind::kCuda; }
+  [[nodiscard]] bool host_addressable() const override { return false; }
+
+  Result<BackendBuffer> Allocate(std::size_t bytes) override {
+    if (bytes == 0) return BackendBuffer();
+    KVMESH_RETURN_IF_ERROR(MakeCurrent());
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // reported here
+      return Status::ResourceExhausted(
+          StrCat("cuda backend: cannot allocate ", bytes, " bytes on device ", device_));
+    }
+    if (err != cudaSuccess) {
+      return CudaStatus(StrCat("cudaMalloc of ", bytes, " bytes on device ", device_), err);
+    }
+    return BackendBuffer(p, bytes, &FreeDevice, device_);
+  }
+  // Waits for the stream after the copy: the source may be reused when this returns (a pinned
+  // source would otherwise still be read by the DMA engine; a pageable one is staged by the
+  // driver).
+  Status Upload(void* dst, const void* src, std::size_t bytes) override {
+    KVMESH_RETURN_IF_ERROR(CheckCopy("cuda backend upload", dst, src, bytes));
+    if (bytes == 0) return Status::Ok();
+    KVMESH_RETURN_IF_ERROR(MakeCurrent());
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_.get());
+    if (err != cudaSuccess) {
+      return CudaStatus(StrCat("cuda backend upload of ", bytes, " bytes on device ", device_),
+                        err);
+    }
+    err = cudaStreamSynchronize(stream_.get());
+    return err == cudaSuccess
+               ? Status::Ok()
+               : CudaStatus(StrCat("cuda backend upload of ", bytes, " bytes on device ", device_),
+                            err);
+  }
+  Status Download(void* dst, const void* src, std::size_t bytes) override {
+    KVMESH_RETURN_IF_ERROR(CheckCopy("cuda backend download", dst, src, bytes));
+    if (bytes == 0) return Status::Ok();
+    KVMESH_RETURN_IF_ERROR(MakeCurrent());
+    const cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_.get());
+    return err == cudaSuccess
+               ? Status::Ok()
+               : CudaStatus(
+                     StrCat("cuda backend download of ", bytes, " bytes on device ", device_), err);
+  }
 
   Status AppendKv(const AppendKvArgs& args) override {
     KVMESH_RETURN_IF_ERROR(MakeCurrent());

@@ -1,13 +1,17 @@
 // The backend objects (kernels/backend.h): the CPU backend runs every kernel exactly as the CPU
-// twins do (same bytes), returns their errors, and has nothing to synchronise; MakeCudaBackend
-// gives kNotSupported without CUDA and kCudaError for a device that does not exist (the CUDA
-// backend itself is exercised by tests/kernels/append_kv_gpu_test.cu, label gpu).
+// twins do (same bytes), returns their errors, and has nothing to synchronise; its memory
+// operations (Allocate, Upload, Download) give aligned host buffers and exact copies, and engine
+// code that uploads its arguments through them gets the twins' bytes; MakeCudaBackend gives
+// kNotSupported without CUDA and kCudaError for a device that does not exist (the CUDA backend
+// itself is exercised by tests/kernels/backend_gpu_test.cu, label gpu).
 #include "kernels/backend.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "common/thread_pool.h"
@@ -175,6 +179,126 @@ TEST(CpuBackend, AttentionEqualsTheCpuTwins) {
   m.out = mla_direct.data();
   ASSERT_TRUE(cpu::MlaDecode(m, mws, &executor).ok());
   EXPECT_EQ(std::memcmp(mla_backend.data(), mla_direct.data(), mla_backend.size() * 4), 0);
+}
+
+TEST(BackendBuffer, ReleasesOnceWithItsDeviceAndMoves) {
+  static int released = 0;
+  static int released_device = 0;
+  released = 0;
+  const BackendBuffer::Release count = [](void* data, int device) noexcept {
+    ++released;
+    released_device = device;
+    delete[] static_cast<std::uint8_t*>(data);
+  };
+  {
+    BackendBuffer a(new std::uint8_t[8], 8, count, 3);
+    EXPECT_EQ(a.size(), 8u);
+    EXPECT_FALSE(a.empty());
+    BackendBuffer b(std::move(a));
+    EXPECT_TRUE(a.empty());  // NOLINT(bugprone-use-after-move): moved from is empty, by contract
+    EXPECT_EQ(a.size(), 0u);
+    EXPECT_EQ(b.size(), 8u);
+    BackendBuffer c;
+    c = std::move(b);
+    EXPECT_EQ(released, 0);
+    c = BackendBuffer(new std::uint8_t[4], 4, count, 5);  // frees the first one
+    EXPECT_EQ(released, 1);
+    EXPECT_EQ(released_device, 3);
+  }
+  EXPECT_EQ(released, 2);
+  EXPECT_EQ(released_device, 5);
+}
+
+TEST(CpuBackend, AllocatesAlignedHostMemory) {
+  const std::unique_ptr<KernelBackend> backend = MakeCpuBackend(nullptr);
+  EXPECT_TRUE(backend->host_addressable());
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{63}, std::size_t{64}, std::size_t{1000}}) {
+    Result<BackendBuffer> b = backend->Allocate(bytes);
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(b->size(), bytes);
+    ASSERT_NE(b->data(), nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b->data()) % 64, 0u) << bytes;
+    std::memset(b->data(), 0xab, bytes);  // writable over its whole size (ASan checks it)
+  }
+  Result<BackendBuffer> empty = backend->Allocate(0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+  EXPECT_EQ(empty->size(), 0u);
+  const Result<BackendBuffer> huge = backend->Allocate(~std::size_t{0} - 8);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted) << huge.status();
+}
+
+TEST(CpuBackend, UploadAndDownloadRoundTrip) {
+  const std::unique_ptr<KernelBackend> backend = MakeCpuBackend(nullptr);
+  std::vector<std::uint8_t> host(4099);
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<std::uint8_t>(i * 131 + 7);
+  Result<BackendBuffer> buffer = backend->Allocate(host.size());
+  ASSERT_TRUE(buffer.ok());
+  ASSERT_TRUE(backend->Upload(buffer->data(), host.data(), host.size()).ok());
+  const std::vector<std::uint8_t> sent = host;
+  std::fill(host.begin(), host.end(), 0);  // the source may be reused once Upload returned
+  std::vector<std::uint8_t> back(host.size());
+  ASSERT_TRUE(backend->Download(back.data(), buffer->data(), back.size()).ok());
+  ASSERT_TRUE(backend->Synchronize().ok());
+  EXPECT_EQ(back, sent);
+  // A part, at an offset.
+  std::vector<std::uint8_t> part(100);
+  ASSERT_TRUE(
+      backend->Download(part.data(), static_cast<std::uint8_t*>(buffer->data()) + 17, part.size())
+          .ok());
+  ASSERT_TRUE(backend->Synchronize().ok());
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), sent.begin() + 17));
+  // Null pointers are refused unless nothing is copied.
+  EXPECT_EQ(backend->Upload(nullptr, host.data(), 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend->Download(back.data(), nullptr, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(backend->Upload(nullptr, nullptr, 0).ok());
+  EXPECT_TRUE(backend->Download(nullptr, nullptr, 0).ok());
+}
+
+// Engine-shaped code (node/synthetic_engine.cc): pool and arguments allocated and uploaded through
+// the backend, the append run on them, the pool downloaded — the CPU twin's bytes.
+TEST(CpuBackend, AppendThroughUploadedArgumentsEqualsTheTwin) {
+  ThreadPool executor(2);
+  const std::unique_ptr<KernelBackend> backend = MakeCpuBackend(&executor);
+  const KvPoolLayout layout = MakeKvPoolLayout(SmallGqa(KvDtype::kFP8)).value();
+  const AppendBatch b = MakeAppendBatch({7, 17}, {3, 0}, 16, 8, 21);
+  HostPool direct(layout, 8, 50.0f, 22);
+  const HostPool initial(direct);
+  const AppendInputs in = MakeInputs(layout.data(), b, ActDtype::kBF16, false, 23);
+  ASSERT_TRUE(cpu::AppendKv(MakeArgs(direct.view, b, in, ActDtype::kBF16, 1, false), nullptr).ok());
+
+  auto upload = [&](const void* src, std::size_t bytes) {
+    BackendBuffer buf = backend->Allocate(bytes).value();
+    EXPECT_TRUE(backend->Upload(buf.data(), src, bytes).ok());
+    return buf;
+  };
+  KvPoolView view = initial.view;
+  std::vector<BackendBuffer> pool;
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    if (!layout.components[c].present()) continue;
+    pool.push_back(upload(initial.storage[c].data(), initial.storage[c].size()));
+    view.base[c] = pool.back().data();
+  }
+  const BackendBuffer cu = upload(b.cu_tokens.data(), b.cu_tokens.size() * 4);
+  const BackendBuffer start = upload(b.start_pos.data(), b.start_pos.size() * 4);
+  const BackendBuffer table = upload(b.block_table.data(), b.block_table.size() * 4);
+  const BackendBuffer k = upload(in.encoded[0].data(), in.encoded[0].size());
+  const BackendBuffer v = upload(in.encoded[1].data(), in.encoded[1].size());
+  AppendKvArgs a = MakeArgs(view, b, in, ActDtype::kBF16, 1, false);
+  a.cu_tokens = static_cast<const std::int32_t*>(cu.data());
+  a.start_pos = static_cast<const std::int32_t*>(start.data());
+  a.block_table = static_cast<const std::int32_t*>(table.data());
+  a.k = k.data();
+  a.v = v.data();
+  ASSERT_TRUE(backend->AppendKv(a).ok());
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    if (!layout.components[c].present()) continue;
+    std::vector<std::uint8_t> got(direct.storage[c].size());
+    ASSERT_TRUE(backend->Download(got.data(), view.base[c], got.size()).ok());
+    ASSERT_TRUE(backend->Synchronize().ok());
+    EXPECT_EQ(got, direct.storage[c]) << "component " << c;
+  }
 }
 
 // Without a device (this CI machine) the CUDA backend cannot be made: kNotSupported when built
