@@ -186,20 +186,24 @@ Status InspectCachedBlock(TieredCache& cache, const NodePools& pools, const Cont
     r->set_dtype(std::string(KvDtypeName(view.layout.dtype)));
     r->set_pool_scale(view.pool_scale);
     r->set_bytes(view.layout.BytesPerBlock());
-    const std::int64_t block = info.block_ids[static_cast<std::size_t>(p)];
-    if (block < 0) continue;
+    if (info.block_ids[static_cast<std::size_t>(p)] < 0) continue;
+    // The pool block itself for host pools; a staged copy for device pools.
+    KVMESH_ASSIGN_OR_RETURN(const HostBlock host_block,
+                            engine.ReadBlock(p, info.block_ids[static_cast<std::size_t>(p)]));
+    const KvPoolView& bytes_view = host_block.view();
+    const std::int64_t block = host_block.block();
     for (int c = 0; c < kNumKvComponents; ++c) {
       const auto kind = static_cast<KvComponent>(c);
       const PagedTensorLayout& t = view.layout.components[c];
       if (!t.present()) continue;
       rpc::ComponentReport* cr = r->add_components();
       DescribeComponent(kind, t, cr->mutable_shape());
-      const std::uint8_t* bytes = view.BlockBytes(kind, block);
+      const std::uint8_t* bytes = bytes_view.BlockBytes(kind, block);
       cr->set_checksum(Checksum(bytes, t.BytesPerBlock()));
       Range(ElementOf(kind, view.layout.dtype, t.bits), bytes, t.BlockStride(), cr);
     }
-    CompareCopy(engine.host(), "host", p, id, view, block, r->add_tiers());
-    CompareCopy(engine.disk(), "disk", p, id, view, block, r->add_tiers());
+    CompareCopy(engine.host(), "host", p, id, bytes_view, block, r->add_tiers());
+    CompareCopy(engine.disk(), "disk", p, id, bytes_view, block, r->add_tiers());
     for (const rpc::TierCopyReport& t : r->tiers()) agree = agree && (!t.present() || t.matches());
   }
   out->set_all_copies_agree(agree);

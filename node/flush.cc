@@ -9,7 +9,6 @@ std::int64_t FlushToDiskTier(TieredCache& cache, int min_priority, std::int64_t*
   OffloadEngine& engine = cache.engine();
   RocksDbTier* disk = engine.disk();
   if (disk == nullptr) return 0;
-  const std::vector<KvPoolView>& views = engine.pools();
   std::int64_t written = 0;
   bool full = false;  // the tier answered kResourceExhausted: nothing more is tried
   // Runs `write` (a put) unless the tier is known full, and counts what it did.
@@ -48,8 +47,10 @@ std::int64_t FlushToDiskTier(TieredCache& cache, int min_priority, std::int64_t*
       for (int p = 0; p < engine.num_pools(); ++p) {
         const TierPoolId pool{p};
         if (now->block_ids[p] < 0 || disk->Contains(pool, b.content_id)) continue;
-        put([&] {
-          return disk->Put(pool, b.content_id, views[p], now->block_ids[p], now->priority);
+        put([&]() -> Status {
+          // The pool block itself for host pools; a staged copy for device pools.
+          KVMESH_ASSIGN_OR_RETURN(const HostBlock block, engine.ReadBlock(p, now->block_ids[p]));
+          return disk->Put(pool, b.content_id, block.view(), block.block(), now->priority);
         });
       }
     }

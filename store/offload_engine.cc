@@ -5,67 +5,16 @@
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "store/offload_engine_internal.h"
 
 namespace kvmesh {
-namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-
-std::int64_t NanosSince(SteadyClock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start).count();
-}
-
-struct TrafficCounters {
-  std::atomic<std::int64_t> blocks{0}, bytes{0}, ns{0};
-  const CopyObserver* observer = nullptr;  // the options' on_copy, when set
-  CopyDirection direction = CopyDirection::kOffload;
-  KvTier tier = KvTier::kHost;
-  void Bind(const CopyObserver& o, CopyDirection d, KvTier t) {
-    observer = o ? &o : nullptr;
-    direction = d;
-    tier = t;
-  }
-  void Add(std::int64_t n_bytes, std::int64_t n_ns) { Add(1, n_bytes, n_ns); }
-  // n_blocks copied in one go (a restore range): the observer sees them as one copy.
-  void Add(std::int64_t n_blocks, std::int64_t n_bytes, std::int64_t n_ns) {
-    blocks.fetch_add(n_blocks, std::memory_order_relaxed);
-    bytes.fetch_add(n_bytes, std::memory_order_relaxed);
-    ns.fetch_add(n_ns, std::memory_order_relaxed);
-    if (observer != nullptr) (*observer)(direction, tier, n_bytes, n_ns);
-  }
-  [[nodiscard]] TierTraffic Load() const {
-    TierTraffic t;
-    t.blocks = blocks.load(std::memory_order_relaxed);
-    t.bytes = bytes.load(std::memory_order_relaxed);
-    t.copy_s = static_cast<double>(ns.load(std::memory_order_relaxed)) * 1e-9;
-    return t;
-  }
-};
-
-}  // namespace
-
-struct OffloadEngine::Counters {
-  TrafficCounters offload, spill, onboard_host, onboard_disk;
-  std::atomic<std::int64_t> evictions_seen{0}, skipped_priority{0}, skipped_clean{0},
-      offload_failed{0}, spill_skipped_clean{0}, spill_failed{0}, onboard_missing{0},
-      onboard_corrupt{0}, onboard_failed{0}, listener_ns{0}, lookup_ns{0};
-};
+using offload_internal::NanosSince;
+using offload_internal::SteadyClock;
 
 namespace {
-// A restore's ranges: at least this many bytes of blocks each.
-constexpr std::int64_t kOnboardRangeBytes = 1 << 20;
 // Offloads a worker takes from the queue at a time (at most).
 constexpr std::size_t kOffloadBatch = 32;
 }  // namespace
-
-struct OffloadEngine::OnboardJob {
-  std::vector<ContentId> ids;
-  std::vector<BlockId> blocks;
-  std::vector<Status> status;  // [ids]
-  std::vector<KvTier> source;  // [ids]
-  std::atomic<std::int64_t> remaining{0};
-  std::function<void(OnboardResult)> done;
-};
 
 Result<std::unique_ptr<OffloadEngine>> OffloadEngine::Create(OffloadEngineOptions options) {
   if (options.pools.empty()) return Status::InvalidArgument("offload engine: no pools");
@@ -87,6 +36,16 @@ Result<std::unique_ptr<OffloadEngine>> OffloadEngine::Create(OffloadEngineOption
     return Status::InvalidArgument(
         StrCat("host_capacity_bytes ", options.host_capacity_bytes, " is negative"));
   }
+  if (options.device_pools) {
+    if (options.device_pools->device.size() != options.pools.size()) {
+      return Status::InvalidArgument(StrCat("offload engine: device_pools.device has ",
+                                            options.device_pools->device.size(), " entries for ",
+                                            options.pools.size(), " pools"));
+    }
+    if (!options.device_pools->make_backend) {
+      return Status::InvalidArgument("offload engine: device_pools.make_backend is empty");
+    }
+  }
   std::unique_ptr<OffloadEngine> engine(new OffloadEngine(std::move(options)));
   KVMESH_RETURN_IF_ERROR(engine->Open());
   return engine;
@@ -107,6 +66,11 @@ Status OffloadEngine::Open() {
   for (const KvPoolView& v : options_.pools) {
     KVMESH_ASSIGN_OR_RETURN(BundleCodec codec, BundleCodec::Create(v.layout, v.pool_scale));
     codecs_.push_back(std::move(codec));
+  }
+  if (options_.device_pools) {
+    // A lease per worker, one for a caller's onboard or ReadBlock, one for the listener.
+    KVMESH_ASSIGN_OR_RETURN(staging_, DeviceStaging::Create(options_.pools, *options_.device_pools,
+                                                            options_.copy_threads + 2));
   }
   if (options_.disk) {
     RocksDbTierOptions d = *options_.disk;
@@ -141,6 +105,7 @@ OffloadEngine::~OffloadEngine() {
   spill_pool_.reset();
   host_.reset();
   disk_.reset();
+  staging_.reset();
 }
 
 void OffloadEngine::Started() {
@@ -164,18 +129,93 @@ bool OffloadEngine::IsClean(const EvictedBlock& block) {
          (disk_ && disk_->Contains(pool, block.content_id));
 }
 
-void OffloadEngine::CopyOut(const EvictedBlock& block) {
+void OffloadEngine::CopyOut(const EvictedBlock& block, const KvPoolView& src,
+                            std::int64_t src_block, std::int64_t extra_ns) {
   const int p = block.pool.value;
   const auto start = SteadyClock::now();
-  const Status st = top()->Put(TierPoolId{p}, block.content_id, options_.pools[p],
-                               block.block.value, block.priority);
+  const Status st = top()->Put(TierPoolId{p}, block.content_id, src, src_block, block.priority);
   if (st.ok()) {
-    counters_->offload.Add(block_bytes_[p], NanosSince(start));
+    counters_->offload.Add(block_bytes_[p], NanosSince(start) + extra_ns);
   } else {
     counters_->offload_failed.fetch_add(1, std::memory_order_relaxed);
     KVMESH_LOG_DEBUG("offload failed pool {} id {} error {}", p, block.content_id.ToHex(),
                      st.ToString());
   }
+}
+
+void OffloadEngine::CopyOutNow(const EvictedBlock& block) {
+  if (!staging_) {
+    CopyOut(block, options_.pools[block.pool.value], block.block.value);
+    return;
+  }
+  PendingOffload one{block, MoveOutTicket()};  // no ticket: the caller reuses the block after
+  CopyOutStaged(std::span(&one, 1));
+}
+
+void OffloadEngine::CopyOutStaged(std::span<PendingOffload> batch) {
+  const auto np = static_cast<std::size_t>(num_pools());
+  DeviceStaging::Lease lease = staging_->Acquire();
+  const auto capacity = static_cast<std::size_t>(lease.capacity());
+  std::vector<std::vector<BlockCopyPair>> pairs(np);  // [pool]: device block → staging block
+  std::vector<std::int64_t> slot(batch.size());       // each block's staging block
+  std::vector<Status> copied(np);
+  std::vector<std::int64_t> share_ns(np);  // a pool's staging copy time per block
+  std::size_t begin = 0;
+  while (begin < batch.size()) {
+    // As many blocks as the area holds of each pool.
+    for (auto& v : pairs) v.clear();
+    std::size_t end = begin;
+    for (; end < batch.size(); ++end) {
+      const auto p = static_cast<std::size_t>(batch[end].block.pool.value);
+      if (pairs[p].size() == capacity) break;
+      slot[end] = static_cast<std::int64_t>(pairs[p].size());
+      pairs[p].push_back({batch[end].block.block.value, slot[end]});
+    }
+    for (std::size_t p = 0; p < np; ++p) {
+      if (pairs[p].empty()) continue;
+      const auto start = SteadyClock::now();
+      copied[p] = lease.ToHost(static_cast<int>(p), pairs[p]);
+      share_ns[p] = NanosSince(start) / static_cast<std::int64_t>(pairs[p].size());
+      if (!copied[p].ok()) {
+        KVMESH_LOG_WARN("offload staging copy failed pool {} blocks {} error {}", p,
+                        pairs[p].size(), copied[p].ToString());
+      }
+    }
+    // The bytes are in host memory (or their copy failed and nothing is put): the device blocks
+    // may be reused from now on.
+    for (std::size_t i = begin; i < end; ++i) batch[i].ticket.Complete();
+    for (std::size_t i = begin; i < end; ++i) {
+      const auto p = static_cast<std::size_t>(batch[i].block.pool.value);
+      if (copied[p].ok()) {
+        CopyOut(batch[i].block, lease.view(static_cast<int>(p)), slot[i], share_ns[p]);
+      } else {
+        counters_->offload_failed.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    begin = end;
+  }
+}
+
+Result<HostBlock> OffloadEngine::ReadBlock(int pool, std::int64_t block) {
+  if (pool < 0 || pool >= num_pools()) {
+    return Status::InvalidArgument(StrCat("read block: pool ", pool, " of ", num_pools()));
+  }
+  const KvPoolView& view = options_.pools[static_cast<std::size_t>(pool)];
+  if (block < 0 || block >= view.num_blocks) {
+    return Status::InvalidArgument(
+        StrCat("read block: block ", block, " of pool ", pool, " (", view.num_blocks, " blocks)"));
+  }
+  if (!staging_) return HostBlock(view, block);  // the pool itself: no copy
+  DeviceStaging::Lease lease = staging_->Acquire();
+  const BlockCopyPair pair{block, 0};
+  KVMESH_RETURN_IF_ERROR(lease.ToHost(pool, std::span(&pair, 1)));
+  const KvPoolView& staged = lease.view(pool);
+  return HostBlock(staged, 0, std::move(lease));
+}
+
+Status OffloadEngine::CopyPoolBlocks(const BlockCopyArgs& args) {
+  if (staging_) return staging_->CopyBlocks(args);
+  return cpu::BlockCopy(args, nullptr);
 }
 
 bool OffloadEngine::ShouldCopy(const EvictedBlock& block) {
@@ -194,7 +234,7 @@ bool OffloadEngine::ShouldCopy(const EvictedBlock& block) {
 
 void OffloadEngine::OnEvict(const EvictedBlock& block) {
   const auto start = SteadyClock::now();
-  if (ShouldCopy(block)) CopyOut(block);  // the bytes are intact only during this call
+  if (ShouldCopy(block)) CopyOutNow(block);  // the bytes are intact only during this call
   counters_->listener_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
 }
 
@@ -235,9 +275,13 @@ void OffloadEngine::DrainOffloads() {
         offload_queue_.pop_front();
       }
     }
-    for (PendingOffload& p : batch) {
-      CopyOut(p.block);
-      p.ticket.Complete();  // the block may be reused from now on
+    if (staging_) {
+      CopyOutStaged(batch);
+    } else {
+      for (PendingOffload& p : batch) {
+        CopyOut(p.block, options_.pools[p.block.pool.value], p.block.block.value);
+        p.ticket.Complete();  // the block may be reused from now on
+      }
     }
     {
       MutexLock lock(&mu_);
@@ -322,169 +366,6 @@ std::int64_t OffloadEngine::CountHeld(std::span<const ContentId> ids) {
   counters_->lookup_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
   return n;
 }
-
-void OffloadEngine::FailBlock(OnboardJob& job, std::size_t i, Status st) {
-  // Corrupt reads were counted where they happened.
-  if (st.code() == StatusCode::kNotFound) {
-    counters_->onboard_missing.fetch_add(1, std::memory_order_relaxed);
-  } else if (st.code() != StatusCode::kCorruption) {
-    counters_->onboard_failed.fetch_add(1, std::memory_order_relaxed);
-  }
-  job.status[i] = std::move(st);
-}
-
-void OffloadEngine::CopyIn(OnboardJob& job, std::size_t begin, std::size_t end) {
-  const auto np = static_cast<std::size_t>(num_pools());
-  for (std::size_t i = begin; i < end; ++i) {
-    job.status[i] = Status::Ok();
-    job.source[i] = KvTier::kHost;
-  }
-  std::vector<std::size_t> to_disk;  // blocks whose pool-p block the RocksDB tier is to give
-  std::vector<ContentId> disk_ids;
-  std::vector<std::int64_t> disk_blocks;
-  std::vector<Status> disk_status;
-  for (int p = 0; p < num_pools(); ++p) {
-    const TierPoolId pool{p};
-    const KvPoolView& dst = options_.pools[p];
-    to_disk.clear();
-    for (std::size_t i = begin; i < end; ++i) {
-      if (!job.status[i].ok()) continue;  // another pool's block of it failed
-      const std::int64_t block = job.blocks[i * np + p].value;
-      Status st = Status::NotFound("no tier");
-      if (host_) {
-        const auto start = SteadyClock::now();
-        st = host_->GetForRestore(pool, job.ids[i], dst, block);
-        if (st.ok()) counters_->onboard_host.Add(block_bytes_[p], NanosSince(start));
-        if (st.code() == StatusCode::kCorruption) {
-          counters_->onboard_corrupt.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
-      if (!st.ok() && disk_) {
-        if (auto staged = Staged(pool, job.ids[i]); staged != nullptr) {  // being spilled
-          const auto start = SteadyClock::now();
-          if (codecs_[p].DecodeOnePass(*staged, job.ids[i], dst, block).ok()) {
-            counters_->onboard_host.Add(block_bytes_[p], NanosSince(start));
-            st = Status::Ok();
-          }
-        }
-      }
-      if (st.ok()) continue;
-      if (!disk_) {
-        FailBlock(job, i, std::move(st));
-        continue;
-      }
-      job.status[i] = std::move(st);  // the host's answer, until the disk's is in
-      to_disk.push_back(i);
-    }
-    if (to_disk.empty()) continue;
-    disk_ids.clear();
-    disk_blocks.clear();
-    for (std::size_t i : to_disk) {
-      disk_ids.push_back(job.ids[i]);
-      disk_blocks.push_back(job.blocks[i * np + p].value);
-    }
-    disk_status.assign(to_disk.size(), Status::Ok());
-    const auto start = SteadyClock::now();
-    disk_->GetManyForRestore(pool, disk_ids, dst, disk_blocks, disk_status);
-    const std::int64_t ns = NanosSince(start);
-    std::int64_t restored = 0;
-    for (std::size_t j = 0; j < to_disk.size(); ++j) {
-      const std::size_t i = to_disk[j];
-      Status& d = disk_status[j];
-      if (d.ok()) {
-        job.status[i] = Status::Ok();
-        job.source[i] = KvTier::kDisk;
-        ++restored;
-        continue;
-      }
-      if (d.code() == StatusCode::kCorruption) {
-        counters_->onboard_corrupt.fetch_add(1, std::memory_order_relaxed);
-      }
-      // A corrupt host copy is the reason to report over a disk miss.
-      FailBlock(job, i, job.status[i].IsCorruption() ? job.status[i] : std::move(d));
-    }
-    if (restored > 0) counters_->onboard_disk.Add(restored, restored * block_bytes_[p], ns);
-  }
-}
-
-std::size_t OffloadEngine::OnboardRange() const {
-  std::int64_t bytes = 0;
-  for (std::int64_t b : block_bytes_) bytes += b;
-  return static_cast<std::size_t>(std::max<std::int64_t>(1, kOnboardRangeBytes / bytes));
-}
-
-namespace {
-
-// The leading run of restored blocks and why it stopped.
-OnboardResult ResultOf(const std::vector<Status>& status, const std::vector<KvTier>& source) {
-  OnboardResult r;
-  while (r.restored < static_cast<std::int64_t>(status.size()) &&
-         status[static_cast<std::size_t>(r.restored)].ok()) {
-    const KvTier t = source[static_cast<std::size_t>(r.restored)];
-    r.sources.push_back(t);
-    (t == KvTier::kDisk ? r.from_disk : r.from_host) += 1;
-    ++r.restored;
-  }
-  if (r.restored < static_cast<std::int64_t>(status.size())) {
-    r.stop_reason = status[static_cast<std::size_t>(r.restored)];
-  }
-  return r;
-}
-
-}  // namespace
-
-void OffloadEngine::OnboardAsync(std::vector<ContentId> ids, std::vector<BlockId> blocks,
-                                 std::function<void(OnboardResult)> done) {
-  KVMESH_CHECK(blocks.size() == ids.size() * static_cast<std::size_t>(num_pools()))
-      << "onboard of " << ids.size() << " blocks with " << blocks.size() << " destinations";
-  if (ids.empty()) {
-    done(OnboardResult{});
-    return;
-  }
-  auto job = std::make_shared<OnboardJob>();
-  const std::size_t n = ids.size();
-  job->ids = std::move(ids);
-  job->blocks = std::move(blocks);
-  job->status.assign(n, Status::Ok());
-  job->source.assign(n, KvTier::kNone);
-  job->done = std::move(done);
-  const std::size_t range = OnboardRange();
-  const std::size_t ranges = (n + range - 1) / range;
-  job->remaining.store(static_cast<std::int64_t>(ranges), std::memory_order_relaxed);
-  Started();
-  for (std::size_t begin = 0; begin < n; begin += range) {
-    copy_pool_->Submit([this, job, begin, end = std::min(n, begin + range)] {
-      CopyIn(*job, begin, end);
-      if (job->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-      job->done(ResultOf(job->status, job->source));
-      Finished();
-    });
-  }
-}
-
-OnboardResult OffloadEngine::Onboard(std::span<const ContentId> ids,
-                                     std::span<const BlockId> blocks) {
-  KVMESH_CHECK(blocks.size() == ids.size() * static_cast<std::size_t>(num_pools()))
-      << "onboard of " << ids.size() << " blocks with " << blocks.size() << " destinations";
-  OnboardJob job;
-  const std::size_t n = ids.size();
-  job.ids.assign(ids.begin(), ids.end());
-  job.blocks.assign(blocks.begin(), blocks.end());
-  job.status.assign(n, Status::Ok());
-  job.source.assign(n, KvTier::kNone);
-  const std::size_t range = OnboardRange();
-  if (n <= range) {
-    CopyIn(job, 0, n);  // small: in this thread, no hand-off
-  } else {
-    // The caller takes part: its ranges and the workers' run at once.
-    copy_pool_->ParallelFor(static_cast<std::int64_t>(n), static_cast<std::int64_t>(range),
-                            [&](std::int64_t b, std::int64_t e) {
-                              CopyIn(job, static_cast<std::size_t>(b), static_cast<std::size_t>(e));
-                            });
-  }
-  return ResultOf(job.status, job.source);
-}
-
 OffloadStats OffloadEngine::stats() const {
   OffloadStats s;
   const Counters& c = *counters_;

@@ -46,14 +46,33 @@
 // one spill thread (0 copy threads: in the putting thread). A worker never takes the block
 // manager's lock, and the manager waits for move outs without holding it (pool/move_out.h). The
 // tiers' own locks are taken under the manager's lock only by Contains (a map lookup); no disk
-// I/O and no block copy runs under it unless copy_threads is 0.
+// I/O and no block copy runs under it unless copy_threads is 0 (then, with device pools, the
+// staging copy and its device wait run under it too). A thread holds at most one staging lease,
+// and never while it waits for the manager's lock.
 //
-// GPU pools (not built here; the design keeps it open): offload would stage a block through a
-// host-tier slot — cudaMemcpyAsync device → pinned slot (HostTier memory is cudaHostAlloc'ed when
-// a device is present) on a copy stream, an event recorded after it, the ticket completed from a
-// callback or a poller once the event has completed; onboard the reverse (tier → pinned staging
-// → cudaMemcpyAsync into the reserved block, publish after the event). The ticket and reservation
-// contracts are the same; only the copy function changes.
+// Device pools (options.device_pools; nullopt = the pools are host memory, read and written
+// directly, no staging copy). Pools in memory host code cannot address (GPU memory on cuda:N) are
+// never dereferenced on the host: every copy is staged through a DeviceStaging area
+// (device_staging.h; pinned host memory, one copy backend per device, each copy waited for).
+//   - Offload: a worker takes a batch of victims, gathers their device blocks into a lease's
+//     staging blocks (ToHost, one copy per pool), completes each MoveOutTicket as soon as its
+//     bytes are in staging (the device block may be reused from then), then puts the blocks into
+//     the top tier from the staging view. The synchronous path (OnEvict; copy_threads 0) does
+//     the same with one block. A failed device copy counts as offload_failed: the ticket is
+//     completed, nothing is put.
+//   - Onboard: the tier reads go into the staging view (verified in the same pass as now, and
+//     counted the same), then ToDevice scatters the blocks that verified in every pool into the
+//     reserved destinations — only the leading run: a missing or corrupt block is never copied
+//     to the device (a miss, as for host pools), nor are the blocks of its range after it, which
+//     are not published either. A range longer than a staging area is done in chunks of
+//     capacity() blocks. A failed device copy fails its blocks (onboard_failed; not published).
+//   - ReadBlock: a host-readable copy of one pool block (flush, kvctl inspect).
+//   - CopyPoolBlocks: the copy-on-partial-reuse copy (TieredCache passes it to the block manager
+//     as BlockManagerEnv::block_copy), on the pool's device.
+// The ticket and reservation contracts are unchanged; the staging adds copies, not states.
+// Traffic: offload times include each block's share of its staging copy; onboard traffic counts
+// the tier reads (bytes, and the time of the reads and of the device copies), so a block whose
+// device copy then fails is counted there and in onboard_failed.
 //
 // Statistics (OffloadStats): copies and bytes per direction and tier, the time spent in them
 // (rates = bytes / summed copy time), skips, failures, corrupt reads, and the tiers' own counters.
@@ -79,6 +98,7 @@
 #include "common/thread_pool.h"
 #include "pool/eviction_listener.h"
 #include "pool/kv_events.h"
+#include "store/device_staging.h"
 #include "store/host_tier.h"
 #include "store/rocksdb_tier.h"
 
@@ -108,6 +128,9 @@ struct OffloadEngineOptions {
   // Called after every successful block copy, on the copying thread (cheap, thread-safe);
   // empty: none.
   CopyObserver on_copy;
+  // The pools live in device memory: every copy is staged (see "Device pools" above). nullopt:
+  // the pools are host memory.
+  std::optional<DevicePoolsOptions> device_pools;
 };
 
 // Copies in one direction between the pools and one tier.
@@ -152,10 +175,31 @@ struct OnboardResult {
   Status stop_reason;           // why block `restored` was not (OK when all were)
 };
 
+// A host-readable pool block (OffloadEngine::ReadBlock): for host pools the pool block itself, for
+// device pools a copy in a staging area, which the HostBlock holds until it dies (move-only).
+class HostBlock {
+ public:
+  HostBlock(const KvPoolView& view, std::int64_t block,
+            std::optional<DeviceStaging::Lease> lease = std::nullopt)
+      : view_(&view), block_(block), lease_(std::move(lease)) {}
+  // The view holding the block and the block's index in it; valid while the HostBlock lives.
+  [[nodiscard]] const KvPoolView& view() const { return *view_; }
+  [[nodiscard]] std::int64_t block() const { return block_; }
+  // Whether the bytes are a staged copy (device pools) rather than the pool block itself.
+  [[nodiscard]] bool staged() const { return lease_.has_value(); }
+
+ private:
+  const KvPoolView* view_;
+  std::int64_t block_;
+  std::optional<DeviceStaging::Lease> lease_;
+};
+
 class OffloadEngine final : public EvictionListener {
  public:
   // kInvalidArgument: no pools, a pool view without memory, offload_min_priority outside
-  // 0..101, copy_threads < 0; errors of HostTier::Create and RocksDbTier::Open.
+  // 0..101, copy_threads < 0, device_pools with a device list whose size is not the number of
+  // pools or without make_backend (the error names the field); errors of HostTier::Create,
+  // RocksDbTier::Open and DeviceStaging::Create (the backends, the staging memory).
   static Result<std::unique_ptr<OffloadEngine>> Create(OffloadEngineOptions options);
   // Drains (every copy and spill finishes), then closes the tiers (RocksDB flushes).
   ~OffloadEngine() override;
@@ -180,11 +224,29 @@ class OffloadEngine final : public EvictionListener {
   void OnboardAsync(std::vector<ContentId> ids, std::vector<BlockId> blocks,
                     std::function<void(OnboardResult)> done);
 
+  // ---- pool blocks from the host
+  // A host-readable copy of block `block` of pool `pool` (see HostBlock). Device pools: waits for
+  // a staging area and copies the block into it (kCudaError when the copy fails). REQUIRES: the
+  // block is the caller's for the call (pinned, or otherwise not reused meanwhile); while it holds
+  // the HostBlock, the caller takes no block manager lock and reads no other block (the staging
+  // areas are few, and the listener may wait for one under the manager's lock).
+  // kInvalidArgument: pool or block out of range.
+  [[nodiscard]] Result<HostBlock> ReadBlock(int pool, std::int64_t block);
+  // A copy between blocks of one pool's memory, returning when the destination is written:
+  // cpu::BlockCopy for host pools, the pool's device backend for device pools. TieredCache hands it
+  // to the block manager as its copy-on-partial-reuse copy (BlockManagerEnv::block_copy).
+  [[nodiscard]] Status CopyPoolBlocks(const BlockCopyArgs& args);
+  // Whether the pools are device memory (options.device_pools), and their staging (null if not).
+  [[nodiscard]] bool device_pools() const { return staging_ != nullptr; }
+  DeviceStaging* staging() { return staging_.get(); }
+
   // Waits until every copy and spill started before the call has finished.
   void Drain() KVMESH_EXCLUDES(mu_);
   [[nodiscard]] OffloadStats stats() const KVMESH_EXCLUDES(mu_);
 
   [[nodiscard]] int num_pools() const { return static_cast<int>(options_.pools.size()); }
+  // The pools' views. For device pools the bases are device addresses: read blocks through
+  // ReadBlock, never through these.
   [[nodiscard]] const std::vector<KvPoolView>& pools() const { return options_.pools; }
   HostTier* host() { return host_.get(); }
   RocksDbTier* disk() { return disk_.get(); }
@@ -205,13 +267,29 @@ class OffloadEngine final : public EvictionListener {
   // Whether an evicted block is to be copied down: counts it, and why it is not (no tier, below
   // the offload priority, clean).
   bool ShouldCopy(const EvictedBlock& block);
-  // Puts the block into the top tier; counts.
-  void CopyOut(const EvictedBlock& block);
+  // Puts the block into the top tier from `src` block `block` (the pool, or a staging area);
+  // counts, adding `extra_ns` (its share of a staging copy) to its copy time.
+  void CopyOut(const EvictedBlock& block, const KvPoolView& src, std::int64_t src_block,
+               std::int64_t extra_ns = 0);
+  // Device pools: stages the blocks of `batch` (up to a lease's capacity per pool at a time),
+  // completes their tickets once staged, and puts them into the top tier.
+  void CopyOutStaged(std::span<PendingOffload> batch);
+  // The synchronous offload of one block (copy_threads 0, or OnEvict): direct or staged.
+  void CopyOutNow(const EvictedBlock& block);
   // The host tier's eviction sink.
   Status Spill(const EvictedBundle& victim);
   // Restores blocks [begin, end) of a job (every pool; RocksDB reads batched per pool); records
-  // each block's status and source in the job.
+  // each block's status and source in the job. Device pools: through a staging lease, in chunks.
   void CopyIn(OnboardJob& job, std::size_t begin, std::size_t end);
+  // Reads blocks [begin, end) of a job from the tiers into dst[p]: block i goes to block
+  // i - begin of it when `staged`, else to the job's destination block.
+  void ReadFromTiers(OnboardJob& job, std::size_t begin, std::size_t end,
+                     std::span<const KvPoolView> dst, bool staged);
+  // Device pools: copies the chunk [begin, end)'s leading run of blocks that every pool read from
+  // the lease's staging blocks into the job's destinations; fails the blocks whose copy failed.
+  // Returns whether every block of the chunk is restored.
+  bool StagedToDevice(OnboardJob& job, std::size_t begin, std::size_t end,
+                      DeviceStaging::Lease& lease);
   // Records a block that was not restored (counted by why).
   void FailBlock(OnboardJob& job, std::size_t i, Status st);
   // Blocks per range of a restore (at least 1 MiB of blocks).
@@ -232,6 +310,8 @@ class OffloadEngine final : public EvictionListener {
   std::unique_ptr<RocksDbTier> disk_;
   std::unique_ptr<HostTier> host_;
   std::unique_ptr<Counters> counters_;
+  // Device pools only: the staging areas and copy backends (outlive the workers).
+  std::unique_ptr<DeviceStaging> staging_;
 
   mutable Mutex mu_;
   std::condition_variable cv_;

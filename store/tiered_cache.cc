@@ -28,6 +28,13 @@ Result<std::unique_ptr<TieredCache>> TieredCache::Create(TieredCacheOptions opti
   const int copy_threads = options.offload.copy_threads;
   KVMESH_ASSIGN_OR_RETURN(cache->engine_, OffloadEngine::Create(std::move(options.offload)));
   options.env.eviction_listener = cache->engine_.get();
+  if (cache->engine_->device_pools() && !options.env.block_copy) {
+    // Copy-on-partial-reuse between device blocks: on the pool's device, not cpu::BlockCopy. The
+    // engine exists before the manager and is destroyed after it.
+    options.env.block_copy = [engine = cache->engine_.get()](const BlockCopyArgs& args) {
+      return engine->CopyPoolBlocks(args);
+    };
+  }
   KVMESH_ASSIGN_OR_RETURN(cache->manager_,
                           BlockManager::Create(options.manager, std::move(options.env)));
   cache->publisher_ = std::make_unique<ThreadPool>(copy_threads > 0 ? 1 : 0);

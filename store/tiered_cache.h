@@ -4,8 +4,14 @@
 //
 // Ownership: owns the BlockManager (created with the engine as its eviction listener) and the
 // OffloadEngine (and so the tiers). The pool memory (options.env.pool_memory, e.g. PoolStorage
-// views) is the caller's and must outlive the cache. Other calls of the sequence API
-// (AppendTokens, StoreFullBlocks, RemoveSequence, pins, events, statistics) go to manager().
+// views) is the caller's and must outlive the cache.
+//
+// Device pools (options.offload.device_pools set: env.pool_memory is device memory): the engine
+// stages every copy through host memory (offload_engine.h), and, unless the caller set
+// env.block_copy, the manager's copy-on-partial-reuse runs on the pool's device through the
+// engine (OffloadEngine::CopyPoolBlocks) instead of cpu::BlockCopy. Nothing here reads pool bytes.
+// Other calls of the sequence API (AppendTokens, StoreFullBlocks, RemoveSequence, pins, events,
+// statistics) go to manager().
 //
 // Admission with the tiers, AddSequence(request, prompt, options):
 //   1. PlanRestore: content ids of the prompt's reusable full blocks, and how many the tree holds;
@@ -52,7 +58,9 @@ namespace kvmesh {
 
 struct TieredCacheOptions {
   BlockManagerConfig manager;
-  // pool_memory: required (the primary pools); eviction_listener: must be null (the engine is).
+  // pool_memory: required (the primary pools); eviction_listener: must be null (the engine is);
+  // block_copy: filled with the engine's device copy when offload.device_pools is set and it is
+  // empty.
   BlockManagerEnv env;
   // The tiers and copies; `pools` is filled from env.pool_memory.
   OffloadEngineOptions offload;
