@@ -3,8 +3,10 @@
 // operator's Status — as a RequestHandler for the control server.
 //
 // ---- The engine API (same contracts as pool/block_manager.h, per connection)
-//   Attach            the pools' geometry and memory: memfd descriptors over the Unix socket
-//                     (kFailedPrecondition over TCP: the pools are shared memory of this host).
+//   Attach            the pools' geometry and memory: memfd descriptors over the Unix socket for
+//                     host pools, CUDA IPC handles (with the device's ordinal and UUID) for
+//                     device pools (node/device_memory.h); kFailedPrecondition over TCP either
+//                     way: the pools are memory of this host.
 //   Admit             TieredCache::AddSequence: the prefix is matched in the pool, then restored
 //                     from the host tier and RocksDB; returns one block table per pool and the
 //                     reused block positions by tier. With a RemoteFetcher set, blocks the node
@@ -22,7 +24,8 @@
 // is ever reused or offloaded.
 //
 // ---- Shared pool memory: who may write which block when
-//   An attached engine maps every pool read-write. By contract:
+//   An attached engine maps every pool read-write (mmap of the memfds, or cudaIpcOpenMemHandle of
+//   the device pools). By contract:
 //   - blocks of a sequence's tables at positions before reused_tokens (full reused blocks) are
 //     shared and read-only: other sequences and the node's offload copies read them;
 //   - the other blocks of its tables (fresh blocks, a partly reused block's copy) are private to
@@ -35,6 +38,12 @@
 //     writing was private, so it is freed, never cached: no half-written block is ever reused.
 //   - the node itself writes only blocks nobody else may touch: restores into hidden reserved
 //     blocks, partial-reuse copies into fresh private blocks.
+//   Device pools: the engine's writes are kernels on its own streams. It calls StoreFullBlocks
+//   (and Release) only after those writes have completed (a stream synchronisation or an event
+//   it waited for): the node's copies of a stored block to the host tier run on other streams,
+//   in another process, and see the device memory as it is when they run. A crashed engine's
+//   kernels end with its CUDA context; its IPC mappings close with the process; the memory is
+//   the node's and stays allocated.
 //   Engines are trusted local processes that passed the handshake; the contract is not enforced
 //   by page protection.
 //

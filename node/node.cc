@@ -8,11 +8,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "common/log.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "kernels/backend.h"
 #include "node/flush.h"
 #include "node/holdings_snapshot.h"
 #include "node/secret.h"
@@ -79,6 +81,43 @@ Result<ModelSpec> LoadModel(const ModelSelection& m) {
   return spec;
 }
 
+std::string DeviceName(int device) { return StrCat("cuda:", device); }
+
+// The first CUDA device of the pools (rank r on first + r), or -1 for host pools. `auto` takes the
+// GPUs when this process sees enough of them for every rank, else the host (said in a log line).
+Result<int> ResolveDevice(const DeviceSelection& d, int tp) {
+  if (d.kind == DeviceSelection::Kind::kCpu) return -1;
+  const int count = CudaDeviceCount();
+  if (d.kind == DeviceSelection::Kind::kAuto) {
+    if (count >= tp) return 0;
+    if (count > 0) {
+      KVMESH_LOG_INFO(
+          "device auto chose cpu: tensor_parallel_size {} needs {} CUDA devices, {} visible", tp,
+          tp, count);
+    }
+    return -1;
+  }
+  if (d.index + tp > count) {
+    const std::string needs = tp == 1 ? StrCat("CUDA device ", d.index)
+                                      : StrCat("CUDA devices ", d.index, "..", d.index + tp - 1,
+                                               " (one per tensor-parallel rank)");
+    return Status::FailedPrecondition(StrCat(
+        "device ", d.ToString(), ": needs ", needs, "; this process sees ", count,
+        count == 1 ? " device" : " devices", count == 0 ? " (no CUDA driver or no GPU)" : ""));
+  }
+  return d.index;
+}
+
+// The smallest free memory of the ranks' devices: every rank holds pools of the same size.
+Result<std::int64_t> DeviceFreeBytes(int first_device, int tp) {
+  std::int64_t least = std::numeric_limits<std::int64_t>::max();
+  for (int r = 0; r < tp; ++r) {
+    KVMESH_ASSIGN_OR_RETURN(const PrimaryMemory m, DetectDeviceMemory(first_device + r));
+    least = std::min(least, m.free_bytes);
+  }
+  return least;
+}
+
 Result<std::int64_t> HostFreeBytes() {
   std::ifstream in("/proc/meminfo");
   if (!in) return Status::IoError(StrCat("cannot read /proc/meminfo: ", std::strerror(errno)));
@@ -131,14 +170,17 @@ Status Node::Open(const NodeConfig& config) {
   KVMESH_RETURN_IF_ERROR(config.Validate());
   config_ = config;
   const NodeConfig& c = config_;
-  if (c.device.kind == DeviceSelection::Kind::kCuda) {
-    return Status::NotSupported(StrCat("device ", c.device.ToString(),
-                                       ": GPU pools (device memory shared through CUDA "
-                                       "IPC) are not built in this version; use device: cpu"));
+  KVMESH_ASSIGN_OR_RETURN(first_device_, ResolveDevice(c.device, c.tensor_parallel_size));
+  if (first_device_ >= 0 && c.peer.enabled) {
+    return Status::NotSupported(StrCat(
+        "peer.enabled with device ", DeviceName(first_device_),
+        ": the peer data path (UCX remote fetch and handoff) reads and writes host-addressable "
+        "pools only, and GPU pools over UCX are not built yet; use device: cpu for a peer node, "
+        "or peer.enabled: false"));
   }
   description_.node_id = c.node_id.empty() ? HostName() : c.node_id;
   description_.version = kVersion;
-  description_.device = "cpu";
+  description_.device = first_device_ >= 0 ? DeviceName(first_device_) : "cpu";
   description_.data_dir = c.data_dir;
   description_.unix_socket =
       c.control.unix_socket.empty() ? c.data_dir + "/kvnode.sock" : c.control.unix_socket;
@@ -168,14 +210,26 @@ Status Node::Open(const NodeConfig& config) {
       StrCat(model.name, ": ", model.num_layers(), " layers, ", model.num_attention_heads, " q / ",
              l0.num_kv_heads, " kv heads, head_dim ", l0.head_dim);
 
-  KVMESH_ASSIGN_OR_RETURN(const std::int64_t free_bytes, HostFreeBytes());
+  // Each rank's pools get the free memory of one rank: its own device's, or a share of the host's.
+  std::int64_t rank_free_bytes = 0;
+  if (first_device_ >= 0) {
+    KVMESH_ASSIGN_OR_RETURN(rank_free_bytes,
+                            DeviceFreeBytes(first_device_, c.tensor_parallel_size));
+  } else {
+    KVMESH_ASSIGN_OR_RETURN(const std::int64_t free_bytes, HostFreeBytes());
+    rank_free_bytes = free_bytes / c.tensor_parallel_size;
+  }
   const CacheConfig cache = c.EffectiveCacheConfig();
-  KVMESH_ASSIGN_OR_RETURN(plan_,
-                          BuildPoolPlan(rank_model, cache, free_bytes / c.tensor_parallel_size));
+  KVMESH_ASSIGN_OR_RETURN(plan_, BuildPoolPlan(rank_model, cache, rank_free_bytes));
   description_.dtype = std::string(KvDtypeName(cache.dtype));
   description_.kv_layout = std::string(KvLayoutName(cache.kv_layout));
-  KVMESH_ASSIGN_OR_RETURN(pools_, NodePools::CreateHost(plan_, c.tensor_parallel_size,
-                                                        /*prefault=*/false));
+  if (first_device_ >= 0) {
+    KVMESH_ASSIGN_OR_RETURN(pools_,
+                            NodePools::CreateDevice(plan_, c.tensor_parallel_size, first_device_));
+  } else {
+    KVMESH_ASSIGN_OR_RETURN(pools_, NodePools::CreateHost(plan_, c.tensor_parallel_size,
+                                                          /*prefault=*/false));
+  }
 
   TieredCacheOptions t;
   t.manager = FromPoolPlan(plan_);
@@ -196,6 +250,14 @@ Status Node::Open(const NodeConfig& config) {
   t.offload.copy_threads = c.kv_cache.copy_threads;
   t.offload.on_copy = [m = metrics_.get()](CopyDirection d, KvTier tier, std::int64_t bytes,
                                            std::int64_t ns) { m->ObserveCopy(d, tier, bytes, ns); };
+  if (pools_.on_device()) {
+    // Host code never touches device pools: every tier copy stages through pinned host memory
+    // with the CUDA block copy on copy streams of the pools' devices (store/device_staging.h).
+    DevicePoolsOptions d;
+    for (const RankPool& p : pools_.pools()) d.device.push_back(p.device);
+    d.make_backend = [](int device) { return MakeCudaBackend(device); };
+    t.offload.device_pools = std::move(d);
+  }
   if (c.disk_tier.enabled) {
     RocksDbTierOptions d;
     d.path = c.disk_tier.path.empty() ? c.data_dir + "/rocksdb" : c.disk_tier.path;
@@ -386,7 +448,18 @@ std::string Node::Summary() const {
   s << "kvnode " << description_.node_id << " (pid " << ::getpid() << ", version " << kVersion
     << ")\n";
   s << "  model      " << model_summary_ << "\n";
-  s << "  device     cpu: pools in host shared memory (memfd), CPU backend\n";
+  if (pools_.on_device()) {
+    s << "  device     " << description_.device
+      << ": pools in device memory (CUDA IPC), CUDA kernels";
+    for (std::size_t r = 0; r < pools_.devices().size(); ++r) {
+      const CudaDeviceInfo& d = pools_.devices()[r];
+      s << (r == 0 ? "\n             " : ", ") << "rank " << r << " cuda:" << d.ordinal << " "
+        << d.name << " " << CudaUuidString(d.uuid);
+    }
+    s << "\n";
+  } else {
+    s << "  device     cpu: pools in host shared memory (memfd), CPU backend\n";
+  }
   s << "  cache      " << description_.dtype << " " << description_.kv_layout << ", "
     << plan_.cache.tokens_per_block << " tokens per block, tensor_parallel_size "
     << c.tensor_parallel_size << ", eviction " << EvictionPolicyName(c.kv_cache.eviction_policy)

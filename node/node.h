@@ -5,7 +5,7 @@
 //      <data_dir>/LOCK, holding the pid) so that two kvnodes never share one;
 //   2. the secret (node/secret.h), the model (preset or Hugging Face config.json), the device;
 //   3. the pool plan of the rank model (node/node_pools.h: tensor_parallel_size ranks) sized
-//      from the primary memory's free bytes, and the pools in shared memory;
+//      from the primary memory's free bytes, and the pools in shared or device memory;
 //   4. the TieredCache over them: the block manager, the host tier (host_cache_size) and the
 //      RocksDB tier (<data_dir>/rocksdb unless disk_tier.path says otherwise);
 //   5. with peer.enabled, the peer data path (node/peer_sessions.h, peer_service.h,
@@ -19,10 +19,13 @@
 // kvnode (pid 42)", "tcp_listen 127.0.0.1:7420: address already in use"); nothing is left
 // running.
 //
-// Devices. `cpu` puts the pools in host shared memory and runs the CPU backend. `cuda:N` (and
-// `auto` on a machine with a CUDA device) is refused at start with kNotSupported in this version:
-// device pools exported as CUDA IPC handles and the CUDA offload path are described in
-// docs/kvnode.md and are not built yet.
+// Devices. `cpu` puts the pools in host shared memory (memfds) and the CPU backend runs the
+// kernels. `cuda:N` puts rank r's pools in the device memory of CUDA device N + r, exported to
+// engines as CUDA IPC handles (node/device_memory.h), sized from that device's free memory; the
+// tiers then copy blocks through pinned host memory with the CUDA block copy on copy streams
+// (store/device_staging.h), and copy-on-partial-reuse runs on the device. `auto` is cuda:0 when
+// this process sees a CUDA device per rank, else cpu. With device pools, peer.enabled is refused
+// (the UCX peer data path reads and writes host-addressable pools only).
 //
 // Shutdown() (SIGTERM/SIGINT in kvnode_main.cc):
 //   1. stop accepting connections; new requests fail with kPeerUnreachable;
@@ -122,6 +125,7 @@ class Node {
   std::string secret_origin_;
   std::string model_summary_;
   int lock_fd_ = -1;
+  int first_device_ = -1;  // CUDA device of rank 0's pools; -1: host pools
   std::int64_t disk_entries_at_start_ = 0;
   PoolPlan plan_;
   NodePools pools_;

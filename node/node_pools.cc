@@ -1,6 +1,7 @@
 #include "node/node_pools.h"
 
 #include "common/strings.h"
+#include "node/device_memory.h"
 
 namespace kvmesh {
 namespace {
@@ -36,14 +37,12 @@ Result<ModelSpec> RankModelSpec(const ModelSpec& model, int tp) {
   return m;
 }
 
-Result<NodePools> NodePools::CreateHost(const PoolPlan& plan, int tensor_parallel_size,
-                                        bool prefault) {
-  NodePools out;
-  out.tp_ = tensor_parallel_size;
+std::vector<RankPool> NodePools::PlanRankPools(const PoolPlan& plan, int tensor_parallel_size) {
+  std::vector<RankPool> out;
   for (const PoolSpec& spec : plan.pools) {
     for (int r = 0; r < tensor_parallel_size; ++r) {
       RankPool p;
-      p.index = static_cast<int>(out.pools_.size());
+      p.index = static_cast<int>(out.size());
       p.plan_pool = spec.id;
       p.rank = r;
       p.name = tensor_parallel_size == 1
@@ -63,12 +62,41 @@ Result<NodePools> NodePools::CreateHost(const PoolPlan& plan, int tensor_paralle
                                       static_cast<std::uint64_t>(p.num_blocks));
       }
       p.bytes = offset;
-      KVMESH_ASSIGN_OR_RETURN(
-          SharedMemory mem,
-          SharedMemory::Create(StrCat("kvmesh-pool-", p.index), p.bytes, prefault));
-      out.memory_.push_back(std::move(mem));
-      out.pools_.push_back(std::move(p));
+      out.push_back(std::move(p));
     }
+  }
+  return out;
+}
+
+Result<NodePools> NodePools::CreateHost(const PoolPlan& plan, int tensor_parallel_size,
+                                        bool prefault) {
+  NodePools out;
+  out.tp_ = tensor_parallel_size;
+  out.pools_ = PlanRankPools(plan, tensor_parallel_size);
+  for (const RankPool& p : out.pools_) {
+    KVMESH_ASSIGN_OR_RETURN(
+        SharedMemory mem, SharedMemory::Create(StrCat("kvmesh-pool-", p.index), p.bytes, prefault));
+    out.bases_.push_back(static_cast<std::uint8_t*>(mem.data()));
+    out.memory_.push_back(std::move(mem));
+  }
+  return out;
+}
+
+Result<NodePools> NodePools::CreateDevice(const PoolPlan& plan, int tensor_parallel_size,
+                                          int first_device) {
+  NodePools out;
+  out.tp_ = tensor_parallel_size;
+  out.pools_ = PlanRankPools(plan, tensor_parallel_size);
+  for (int r = 0; r < tensor_parallel_size; ++r) {
+    KVMESH_ASSIGN_OR_RETURN(CudaDeviceInfo info, QueryCudaDevice(first_device + r));
+    out.devices_.push_back(std::move(info));
+  }
+  for (RankPool& p : out.pools_) {
+    p.device = first_device + p.rank;
+    Result<DeviceMemory> mem = DeviceMemory::Allocate(p.device, p.bytes);
+    if (!mem.ok()) return mem.status().WithContext(StrCat("pool ", p.name));
+    out.bases_.push_back(static_cast<std::uint8_t*>(mem->data()));
+    out.device_memory_.push_back(std::move(mem).value());
   }
   return out;
 }
@@ -82,7 +110,7 @@ std::vector<KvPoolView> NodePools::views() const {
     view.layout = p.layout;
     view.num_blocks = p.num_blocks;
     view.pool_scale = p.pool_scale;
-    auto* base = static_cast<std::uint8_t*>(memory_[i].data());
+    std::uint8_t* base = bases_[i];
     for (int c = 0; c < kNumKvComponents; ++c) {
       if (p.layout.components[c].present()) view.base[c] = base + p.component_offset[c];
     }
@@ -116,7 +144,7 @@ void NodePools::DescribeForAttach(rpc::AttachResponse* out, std::vector<int>* fd
     d->set_dtype(static_cast<std::uint32_t>(p.layout.dtype));
     d->set_num_blocks(p.num_blocks);
     d->set_pool_scale(p.pool_scale);
-    d->set_device(-1);
+    d->set_device(p.device);
     d->mutable_layers()->Add(p.layers.begin(), p.layers.end());
     for (int c = 0; c < kNumKvComponents; ++c) {
       const PagedTensorLayout& comp = p.layout.components[c];
@@ -137,10 +165,16 @@ void NodePools::DescribeForAttach(rpc::AttachResponse* out, std::vector<int>* fd
       m->set_bits(comp.bits);
     }
     rpc::MemoryObject* mo = out->add_memory();
-    mo->set_kind(rpc::MemoryObject::KIND_MEMFD);
     mo->set_bytes(p.bytes);
-    mo->set_device(-1);
-    fds->push_back(memory_[i].fd());
+    mo->set_device(p.device);
+    if (p.device < 0) {
+      mo->set_kind(rpc::MemoryObject::KIND_MEMFD);
+      fds->push_back(memory_[i].fd());
+    } else {
+      mo->set_kind(rpc::MemoryObject::KIND_CUDA_IPC);
+      mo->set_cuda_ipc_handle(device_memory_[i].ipc_handle());
+      mo->set_device_uuid(devices_[static_cast<std::size_t>(p.rank)].uuid);
+    }
   }
 }
 

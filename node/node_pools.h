@@ -11,10 +11,14 @@
 // rank pools of one plan pool are allocated independently (each pool has its own free list), so an
 // engine uses each rank's own table.
 //
-// Memory. Host (the CPU backend): one memfd per rank pool (node/shared_memory.h), its components
-// at 4 KiB-aligned offsets, sealed against resizing; AttachResponse describes them and the
-// descriptors travel with it. CUDA pools (device memory exported as CUDA IPC handles) are
-// described the same way with MemoryObject::KIND_CUDA_IPC (see node.h for what is built).
+// Memory. One memory object per rank pool, its components at 4 KiB-aligned offsets:
+//   host (the CPU backend): a memfd (node/shared_memory.h) sealed against resizing; the
+//     AttachResponse describes it (KIND_MEMFD) and its descriptor travels with the response;
+//   CUDA (`device: cuda:N`): device memory on device N + rank (node/device_memory.h), exported as a
+//     CUDA IPC handle (KIND_CUDA_IPC, with the device's ordinal and UUID); an engine opens it.
+// Tensor parallelism on GPUs is therefore one kvnode for the whole group: rank r's pools live on
+// device N + r (kvnode and the engine see the devices in the same order, or the engine finds them
+// by UUID), and the one block manager's hits serve every rank.
 //
 // Move-only. Thread safety: the object is immutable after Create; the memory is shared (who writes
 // which block when: node/engine_service.h).
@@ -26,6 +30,7 @@
 
 #include "common/result.h"
 #include "kernels/paged_kv_layout.h"
+#include "node/device_memory.h"
 #include "node/proto/kvmesh_rpc.pb.h"
 #include "node/shared_memory.h"
 #include "pool/block_manager.h"
@@ -46,6 +51,7 @@ struct RankPool {
   std::vector<std::int32_t> layers;  // global layer ids of the pool's local layers
   std::uint64_t component_offset[kNumKvComponents] = {0, 0, 0, 0};  // in the pool's memory
   std::uint64_t bytes = 0;                                          // of the pool's memory object
+  int device = -1;  // CUDA device ordinal; -1: host memory
 };
 
 // The model one rank sees: every layer's KV heads and the query heads divided by `tp` (MLA and
@@ -57,6 +63,11 @@ class NodePools {
   // Allocates every rank pool of `plan` (a plan of the rank model) in host shared memory.
   static Result<NodePools> CreateHost(const PoolPlan& plan, int tensor_parallel_size,
                                       bool prefault);
+  // Allocates every rank pool of `plan` in device memory: rank r's pools on CUDA device
+  // first_device + r, zeroed, with an IPC handle each. kNotFound when a device does not exist,
+  // kResourceExhausted when one lacks the memory, kNotSupported without CUDA in the build.
+  static Result<NodePools> CreateDevice(const PoolPlan& plan, int tensor_parallel_size,
+                                        int first_device);
 
   NodePools() = default;
   NodePools(NodePools&&) noexcept = default;
@@ -64,6 +75,11 @@ class NodePools {
 
   [[nodiscard]] const std::vector<RankPool>& pools() const { return pools_; }
   [[nodiscard]] int tensor_parallel_size() const { return tp_; }
+  // True when the pools are device memory (CreateDevice); then views() hold device pointers, which
+  // host code must not dereference (store/device_staging.h copies through host memory).
+  [[nodiscard]] bool on_device() const { return !device_memory_.empty(); }
+  // The devices of the ranks, [rank] (CreateDevice only; empty for host pools).
+  [[nodiscard]] const std::vector<CudaDeviceInfo>& devices() const { return devices_; }
   // One view per rank pool, in block-manager order.
   [[nodiscard]] std::vector<KvPoolView> views() const;
   // The block manager's pools, in the same order.
@@ -71,13 +87,20 @@ class NodePools {
   [[nodiscard]] std::int64_t total_bytes() const;
 
   // Fills pools and memory of an AttachResponse; `fds` receives the descriptors to send, in the
-  // order of `memory` (they stay owned by this object).
+  // order of the KIND_MEMFD objects of `memory` (they stay owned by this object; device pools
+  // have none).
   void DescribeForAttach(rpc::AttachResponse* out, std::vector<int>* fds) const;
 
  private:
+  // Every rank pool's geometry and place in its memory object; no memory.
+  static std::vector<RankPool> PlanRankPools(const PoolPlan& plan, int tensor_parallel_size);
+
   int tp_ = 1;
   std::vector<RankPool> pools_;
-  std::vector<SharedMemory> memory_;  // [pool]
+  std::vector<SharedMemory> memory_;         // [pool], host pools
+  std::vector<DeviceMemory> device_memory_;  // [pool], device pools
+  std::vector<CudaDeviceInfo> devices_;      // [rank], device pools
+  std::vector<std::uint8_t*> bases_;         // [pool]: the start of its memory object
 };
 
 }  // namespace kvmesh

@@ -1,7 +1,9 @@
 #include "node/synthetic_engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -26,6 +28,7 @@ struct PoolInfo {
   std::int32_t head_dim = 0;
   KvDtype dtype = KvDtype::kBF16;
   float pool_scale = 1.0f;
+  int device = -1;                           // local CUDA device of its memory, -1 for host memory
   std::vector<std::int32_t> layers;          // global ids of the local layers
   std::vector<std::int32_t> checked_layers;  // local layers whose decode is checked
 };
@@ -48,6 +51,7 @@ Result<std::vector<PoolInfo>> DescribePools(const AttachedPools& attached, bool 
     p.head_dim = data.inner;
     p.dtype = v.layout.dtype;
     p.pool_scale = v.pool_scale;
+    p.device = attached.device(static_cast<int>(out.size()));
     p.layers.assign(d.layers().begin(), d.layers().end());
     const auto n = static_cast<std::int32_t>(p.layers.size());
     if (all_layers) {
@@ -62,6 +66,77 @@ Result<std::vector<PoolInfo>> DescribePools(const AttachedPools& attached, bool 
   return out;
 }
 
+// A worker's kernel arguments on one backend. When the backend addresses host memory (CPU) the
+// host arrays are given to the kernels as they are — no copy, no allocation. Otherwise (CUDA) each
+// argument has a slot, a buffer of the backend allocated on first use and grown (doubling), never
+// per call: inputs are uploaded into it (Upload has completed when it returns, so the host array
+// may be rewritten at once; the copy is ordered after the kernels already enqueued, so a kernel
+// still reading the slot's previous contents is not overwritten), outputs are written there and
+// fetched back (Download + Synchronize).
+class KernelArgs {
+ public:
+  enum Slot : int { kCuTokens, kStartPos, kBlockTable, kKvLens, kK, kV, kQ, kOut, kNumSlots };
+
+  explicit KernelArgs(KernelBackend* backend) : backend_(backend) {}
+
+  [[nodiscard]] KernelBackend& backend() const { return *backend_; }
+  [[nodiscard]] bool host() const { return backend_->host_addressable(); }
+
+  // `count` elements of `data`, where the backend's kernels can read them.
+  template <typename T>
+  Result<const T*> In(Slot slot, const T* data, std::size_t count) {
+    if (host()) return data;
+    const std::size_t bytes = count * sizeof(T);
+    KVMESH_ASSIGN_OR_RETURN(void* dst, Reserve(slot, bytes));
+    KVMESH_RETURN_IF_ERROR(backend_->Upload(dst, data, bytes));
+    return static_cast<const T*>(dst);
+  }
+  // Where the kernels write `count` elements that Fetch brings to `data`.
+  template <typename T>
+  Result<T*> Out(Slot slot, T* data, std::size_t count) {
+    if (host()) return data;
+    KVMESH_ASSIGN_OR_RETURN(void* dst, Reserve(slot, count * sizeof(T)));
+    return static_cast<T*>(dst);
+  }
+  // Brings what the kernels wrote to Out(slot, data, count) to `data`, and waits for it.
+  template <typename T>
+  Status Fetch(Slot slot, T* data, std::size_t count) {
+    if (host()) return Status::Ok();
+    KVMESH_RETURN_IF_ERROR(backend_->Download(data, buffers_[slot].data(), count * sizeof(T)));
+    return backend_->Synchronize();
+  }
+  // A workspace of `bytes` in the backend's memory (16-byte aligned: 64 on the host, 256
+  // cudaMalloc).
+  Result<Workspace> WorkspaceOf(std::size_t bytes) {
+    if (workspace_.size() < bytes) {
+      const std::size_t grown = Grown(workspace_.size(), bytes);
+      workspace_ = BackendBuffer();  // the old one goes first
+      KVMESH_ASSIGN_OR_RETURN(workspace_, backend_->Allocate(grown));
+    }
+    return Workspace{workspace_.data(), bytes};
+  }
+
+ private:
+  static std::size_t Grown(std::size_t have, std::size_t need) {
+    return std::max<std::size_t>({need, 2 * have, 256});
+  }
+  Result<void*> Reserve(Slot slot, std::size_t bytes) {
+    BackendBuffer& b = buffers_[slot];
+    if (b.size() < bytes) {
+      // Nothing to keep: a slot's contents are rewritten by every use. Kernels still reading the
+      // old buffer finish first (cudaFree waits for the device).
+      const std::size_t grown = Grown(b.size(), bytes);
+      b = BackendBuffer();
+      KVMESH_ASSIGN_OR_RETURN(b, backend_->Allocate(grown));
+    }
+    return b.data();
+  }
+
+  KernelBackend* backend_;  // not owned
+  BackendBuffer buffers_[kNumSlots];
+  BackendBuffer workspace_;
+};
+
 class Worker {
  public:
   Worker(const SyntheticEngineOptions& options, const AttachedPools& attached,
@@ -71,7 +146,7 @@ class Worker {
         pools_(pools),
         client_(std::move(client)),
         kernel_pool_(options.kernel_threads > 1 ? options.kernel_threads : 0),
-        backend_(MakeCpuBackend(&kernel_pool_)) {
+        cpu_backend_(MakeCpuBackend(&kernel_pool_)) {
     const rpc::AttachResponse& a = attached.description();
     tokens_per_block_ = a.tokens_per_block();
     q_heads_per_rank_ = a.num_attention_heads() / std::max(1, a.tensor_parallel_size());
@@ -83,6 +158,22 @@ class Worker {
     namespace_digest_ = ContentId{};
     std::memcpy(namespace_digest_.bytes.data(), ns.data(),
                 std::min(ns.size(), namespace_digest_.bytes.size()));
+  }
+
+  // The backends of the pools: the CPU backend for host pools, one CUDA backend per device of the
+  // device pools (kNotSupported in a build without CUDA, kCudaError without the device).
+  Status MakeBackends() {
+    for (const PoolInfo& pool : pools_) {
+      if (args_.contains(pool.device)) continue;
+      if (pool.device < 0) {
+        args_.emplace(pool.device, std::make_unique<KernelArgs>(cpu_backend_.get()));
+        continue;
+      }
+      KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<KernelBackend> cuda, MakeCudaBackend(pool.device));
+      args_.emplace(pool.device, std::make_unique<KernelArgs>(cuda.get()));
+      cuda_backends_.push_back(std::move(cuda));
+    }
+    return Status::Ok();
   }
 
   // One request; adds to `s`. A failure of the node or of a check is recorded, not returned.
@@ -101,6 +192,7 @@ class Worker {
   Status Prefill(Sequence& seq, std::int64_t begin, std::int64_t end);
   Status WriteRange(const Sequence& seq, const PoolInfo& pool, std::int64_t begin,
                     std::int64_t end);
+  KernelArgs& ArgsOf(const PoolInfo& pool) { return *args_.at(pool.device); }
   Status DecodeStep(Sequence& seq, std::int32_t step, SyntheticWorkloadStats& s);
   void Fail(SyntheticWorkloadStats& s, const std::string& what) {
     if (s.first_error.empty()) s.first_error = what;
@@ -111,7 +203,11 @@ class Worker {
   const std::vector<PoolInfo>& pools_;
   std::unique_ptr<NodeClient> client_;
   ThreadPool kernel_pool_;
-  std::unique_ptr<KernelBackend> backend_;
+  std::unique_ptr<KernelBackend> cpu_backend_;
+  std::vector<std::unique_ptr<KernelBackend>> cuda_backends_;  // one per device of a device pool
+  // Per device (-1: host, the CPU backend): the arguments' slots. Declared after the backends, so
+  // destroyed before them (cudaFree waits for the kernels still using a buffer).
+  std::map<int, std::unique_ptr<KernelArgs>> args_;
   std::int32_t tokens_per_block_ = 0;
   std::int32_t q_heads_per_rank_ = 0;
   ContentId namespace_digest_;
@@ -141,6 +237,12 @@ Status Worker::WriteRange(const Sequence& seq, const PoolInfo& pool, std::int64_
     v_.resize(rows * heads * d);
     const std::int32_t cu[2] = {0, static_cast<std::int32_t>(rows)};
     const auto start = static_cast<std::int32_t>(run_begin);
+    KernelArgs& args = ArgsOf(pool);
+    KVMESH_ASSIGN_OR_RETURN(const std::int32_t* cu_arg, args.In(KernelArgs::kCuTokens, cu, 2));
+    KVMESH_ASSIGN_OR_RETURN(const std::int32_t* start_arg,
+                            args.In(KernelArgs::kStartPos, &start, 1));
+    KVMESH_ASSIGN_OR_RETURN(const std::int32_t* table_arg,
+                            args.In(KernelArgs::kBlockTable, table.data(), table.size()));
     for (std::size_t l = 0; l < pool.layers.size(); ++l) {
       const std::int32_t layer = pool.layers[l];
       for (std::size_t r = 0; r < rows; ++r) {
@@ -156,15 +258,16 @@ Status Worker::WriteRange(const Sequence& seq, const PoolInfo& pool, std::int64_
       a.pool = attached_.view(pool.index);
       a.layer = static_cast<std::int32_t>(l);
       a.num_seqs = 1;
-      a.cu_tokens = cu;
-      a.start_pos = &start;
-      a.block_table = table.data();
+      a.cu_tokens = cu_arg;
+      a.start_pos = start_arg;
+      a.block_table = table_arg;
       a.max_blocks_per_seq = static_cast<std::int32_t>(table.size());
       a.act_dtype = ActDtype::kFP32;
-      a.k = k_.data();
-      a.v = v_.data();
+      KVMESH_ASSIGN_OR_RETURN(a.k, args.In(KernelArgs::kK, k_.data(), k_.size()));
+      KVMESH_ASSIGN_OR_RETURN(a.v, args.In(KernelArgs::kV, v_.data(), v_.size()));
       a.total_tokens = cu[1];
-      KVMESH_RETURN_IF_ERROR(backend_->AppendKv(a).WithContext(StrCat("append pool ", pool.index)));
+      KVMESH_RETURN_IF_ERROR(
+          args.backend().AppendKv(a).WithContext(StrCat("append pool ", pool.index)));
     }
     run_begin = run_end;
   }
@@ -173,6 +276,14 @@ Status Worker::WriteRange(const Sequence& seq, const PoolInfo& pool, std::int64_
 
 Status Worker::Prefill(Sequence& seq, std::int64_t begin, std::int64_t end) {
   for (const PoolInfo& pool : pools_) KVMESH_RETURN_IF_ERROR(WriteRange(seq, pool, begin, end));
+  // The blocks must hold their bytes before the node is told (StoreFullBlocks publishes them to
+  // every engine): wait for the device backends' appends (CPU appends are done when they return).
+  for (const auto& [device, args] : args_) {
+    if (!args->host()) {
+      KVMESH_RETURN_IF_ERROR(
+          args->backend().Synchronize().WithContext(StrCat("append on CUDA device ", device)));
+    }
+  }
   return Status::Ok();
 }
 
@@ -204,32 +315,46 @@ Status Worker::DecodeStep(Sequence& seq, std::int32_t step, SyntheticWorkloadSta
     const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(pool.head_dim));
     q_.resize(static_cast<std::size_t>(q_heads_per_rank_) * d);
     out_.resize(q_.size());
+    KernelArgs& args = ArgsOf(pool);
+    const auto len32 = static_cast<std::int32_t>(kv_len);
+    KVMESH_ASSIGN_OR_RETURN(const std::int32_t* kv_lens_arg,
+                            args.In(KernelArgs::kKvLens, &len32, 1));
+    KVMESH_ASSIGN_OR_RETURN(const std::int32_t* table_arg,
+                            args.In(KernelArgs::kBlockTable, table.data(), table.size()));
+    KVMESH_ASSIGN_OR_RETURN(float* out_arg, args.Out(KernelArgs::kOut, out_.data(), out_.size()));
     for (const std::int32_t l : pool.checked_layers) {
       const std::int32_t layer = pool.layers[static_cast<std::size_t>(l)];
       for (std::int32_t h = 0; h < q_heads_per_rank_; ++h) {
         SyntheticQueryHead(seq.seed, step, layer, pool.rank * q_heads_per_rank_ + h,
                            std::span(q_.data() + static_cast<std::size_t>(h) * d, d));
       }
-      const auto len32 = static_cast<std::int32_t>(kv_len);
       DecodeAttentionArgs a;
       a.pool = attached_.view(pool.index);
       a.layer = l;
       a.num_seqs = 1;
       a.q_len = 1;
       a.num_q_heads = q_heads_per_rank_;
-      a.kv_lens = &len32;
-      a.block_table = table.data();
+      a.kv_lens = kv_lens_arg;
+      a.block_table = table_arg;
       a.max_blocks_per_seq = static_cast<std::int32_t>(table.size());
       a.q_dtype = ActDtype::kFP32;
-      a.q = q_.data();
+      KVMESH_ASSIGN_OR_RETURN(a.q, args.In(KernelArgs::kQ, q_.data(), q_.size()));
       a.softmax_scale = softmax_scale;
       a.sliding_window = pool.window;
       a.out_dtype = ActDtype::kFP32;
-      a.out = out_.data();
+      a.out = out_arg;
       KVMESH_RETURN_IF_ERROR(CanImplementDecodeAttention(a));
       const std::size_t ws = DecodeAttentionWorkspaceBytes(a);
-      if (workspace_.size() < ws) workspace_ = AlignedBuffer::Allocate(ws, 64).value();
-      KVMESH_RETURN_IF_ERROR(backend_->DecodeAttention(a, Workspace{workspace_.data(), ws}));
+      Workspace workspace{};
+      if (args.host()) {
+        if (workspace_.size() < ws) workspace_ = AlignedBuffer::Allocate(ws, 64).value();
+        workspace = Workspace{workspace_.data(), ws};
+      } else {
+        KVMESH_ASSIGN_OR_RETURN(workspace, args.WorkspaceOf(ws));
+      }
+      KVMESH_RETURN_IF_ERROR(args.backend().DecodeAttention(a, workspace));
+      // The output on the host (a no-op on the CPU backend, which wrote out_ itself).
+      KVMESH_RETURN_IF_ERROR(args.Fetch(KernelArgs::kOut, out_.data(), out_.size()));
       // One reference per KV head, for its group of query heads (contiguous in q and out).
       std::vector<double> ref(static_cast<std::size_t>(group) * d);
       for (std::int32_t kvh = 0; kvh < pool.kv_heads; ++kvh) {
@@ -370,6 +495,7 @@ Result<SyntheticWorkloadStats> RunSyntheticWorkload(const SyntheticEngineOptions
   for (std::int32_t i = 0; i < options.concurrency; ++i) {
     KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<NodeClient> c, NodeClient::Connect(co));
     workers.push_back(std::make_unique<Worker>(options, attached, pools, std::move(c)));
+    KVMESH_RETURN_IF_ERROR(workers.back()->MakeBackends());
   }
   SyntheticWorkloadStats total;
   std::mutex mu;

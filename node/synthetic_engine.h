@@ -19,6 +19,21 @@
 // layer of every pool — a check covers every position of the sequence in that layer, reused and
 // restored blocks included.
 //
+// Backends (kernels/backend.h): the kernels run where the pool's memory is, so each worker picks
+// one per pool device (AttachedPools::device):
+//   host pools (memfd, device -1)  the CPU backend (kernel_threads threads per worker), given the
+//                                  worker's host arrays as they are: no copy, no allocation per
+//                                  call — the main command and the benchmarks measure this path;
+//   device pools (CUDA IPC)        a CUDA backend of that device, made once per worker and device;
+//                                  the kernel arguments (K/V rows, queries, block tables,
+//                                  cu_tokens, start_pos, kv_lens) are uploaded into backend buffers
+//                                  allocated once and grown, the attention output is downloaded.
+//                                  Prefill waits for the device before StoreFullBlocks (the node
+//                                  publishes the blocks then). Needs a build with CUDA and the
+//                                  device (else RunSyntheticWorkload fails: kNotSupported /
+//                                  kCudaError).
+// Every check runs on the host, against the dense float64 reference, whichever backend ran.
+//
 // `concurrency` workers, each with its own connection, take requests in trace order. Supported
 // models: pools with kv_factor 2 (K and V; full attention and sliding windows, every dtype and
 // layout, any tensor_parallel_size); an MLA model is kNotSupported.
@@ -45,7 +60,7 @@ struct SyntheticEngineOptions {
   bool check_all_layers = false;
   std::string salt;  // cache salt of every request (the tenant)
   std::uint64_t lora_id = 0;
-  std::int32_t kernel_threads = 1;  // CPU backend threads per worker
+  std::int32_t kernel_threads = 1;  // CPU backend threads per worker (host pools)
   bool report_to_node = true;       // EngineReport after each request
   // Called after each request with (done, total); from worker threads, serialised.
   std::function<void(std::int64_t, std::int64_t)> progress;
@@ -77,8 +92,9 @@ struct SyntheticWorkloadStats {
   }
 };
 
-// Runs the workload. Errors: connecting or attaching fails (then nothing ran), an unsupported
-// model. Failures of single requests and checks are counted in the stats, not returned.
+// Runs the workload. Errors: connecting or attaching fails (then nothing ran: this includes device
+// pools in a build without CUDA or without their device), an unsupported model. Failures of single
+// requests and checks are counted in the stats, not returned.
 Result<SyntheticWorkloadStats> RunSyntheticWorkload(const SyntheticEngineOptions& options,
                                                     std::span<const TraceRequest> requests);
 

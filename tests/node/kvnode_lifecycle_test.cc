@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "pool/primary_memory.h"
 #include "tests/node/node_process.h"
 
 namespace kvmesh::node_test {
@@ -96,8 +97,18 @@ TEST(KvnodeLifecycleTest, RefusesToStartWithOneClearLine) {
   EXPECT_EQ(port.status.code, 1);
   EXPECT_THAT(port.err, HasSubstr("tcp_listen 127.0.0.1:"));
   EXPECT_THAT(port.err, HasSubstr("in use"));
+  // A CUDA device this process does not see (on a machine without a GPU: cuda:0).
+  const int devices = CudaDeviceCount();
+  std::string gpu_cfg = TestConfig(dir.path() / "gpu");
+  std::filesystem::create_directories(dir.path() / "gpu");
+  gpu_cfg.replace(gpu_cfg.find("device: cpu"), 11, "device: cuda:" + std::to_string(devices));
+  RunOutput gpu = StartExpectingFailure(dir, "gpu", gpu_cfg);
+  EXPECT_EQ(gpu.status.code, 1);
+  EXPECT_THAT(gpu.err, HasSubstr("device cuda:" + std::to_string(devices) + ": needs CUDA device " +
+                                 std::to_string(devices) + "; this process sees " +
+                                 std::to_string(devices)));
   // Each refusal is one line.
-  for (const RunOutput* r : {&held, &sock, &port}) {
+  for (const RunOutput* r : {&held, &sock, &port, &gpu}) {
     EXPECT_EQ(std::count(r->err.begin(), r->err.end(), '\n'), 1) << r->err;
   }
 }

@@ -9,6 +9,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -38,8 +39,17 @@ ExitStatus Decode(int status) {
 
 }  // namespace
 
-std::string KvnodePath() { return KVMESH_KVNODE_PATH; }
-std::string SynthPath() { return KVMESH_SYNTH_PATH; }
+namespace {
+// The compiled-in path, unless the environment names another (the GPU check runs test binaries
+// built on another machine, beside the programs they start: scripts/gpu-node-bundle).
+std::string ProgramPath(const char* env, const char* built) {
+  const char* v = std::getenv(env);
+  return v != nullptr && *v != '\0' ? v : built;
+}
+}  // namespace
+
+std::string KvnodePath() { return ProgramPath("KVMESH_KVNODE", KVMESH_KVNODE_PATH); }
+std::string SynthPath() { return ProgramPath("KVMESH_SYNTH", KVMESH_SYNTH_PATH); }
 
 std::string TestConfig(const std::filesystem::path& dir, std::int64_t max_tokens,
                        const std::string& host_cache, const std::string& disk,

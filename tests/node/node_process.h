@@ -107,6 +107,7 @@ RunOutput RunToCompletion(const std::string& path, const std::vector<std::string
                           const std::filesystem::path& log_prefix,
                           std::chrono::milliseconds timeout = std::chrono::seconds(180));
 
+// The programs the tests start: the build's, or $KVMESH_KVNODE / $KVMESH_SYNTH when set.
 std::string KvnodePath();
 std::string SynthPath();
 
