@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/check.h"
 #include "node/client.h"
 #include "node/node.h"
 #include "node/node_config.h"
@@ -14,33 +15,50 @@
 namespace kvmesh::node_test {
 namespace {
 
-TEST(ShutdownFlushTest, AFullDiskTierEndsTheFlushWithoutAFailure) {
-  ScratchDir dir;
+// One node: seven distinct 256-token prompts stored and released (the pool fills with cached
+// blocks), then Shutdown with flush_to_disk.
+ShutdownReport FillAndShutDown(const ScratchDir& dir) {
   // 2048 tokens of 12 KiB: a 24 MiB pool; a 16 MiB disk tier takes puts up to 80% of that on disk.
   auto config = ParseNodeConfig(TestConfig(dir.path(), 2048, "", "16MiB"), "test");
-  ASSERT_TRUE(config.ok()) << config.status();
+  KVMESH_CHECK(config.ok()) << config.status().ToString();
   auto node = Node::Start(*config);
-  ASSERT_TRUE(node.ok()) << node.status();
+  KVMESH_CHECK(node.ok()) << node.status().ToString();
   NodeClientOptions o;
   o.address = (*node)->unix_socket();
   o.secret = kTestSecret;
   auto c = NodeClient::Connect(o);
-  ASSERT_TRUE(c.ok()) << c.status();
-  // Distinct 256-token prompts, stored and released: the pool fills with cached blocks.
+  KVMESH_CHECK(c.ok()) << c.status().ToString();
   for (std::uint32_t i = 0; i < 7; ++i) {
     std::vector<Token> p(256);
     for (std::size_t k = 0; k < p.size(); ++k)
       p[k] = static_cast<Token>((i * 7919 + k * 31) % 30000);
-    ASSERT_TRUE((*c)->Admit(i + 1, p).ok());
-    ASSERT_TRUE((*c)->StoreFullBlocks(i + 1).ok());
-    ASSERT_TRUE((*c)->Release(i + 1).ok());
+    KVMESH_CHECK((*c)->Admit(i + 1, p).ok());
+    KVMESH_CHECK((*c)->StoreFullBlocks(i + 1).ok());
+    KVMESH_CHECK((*c)->Release(i + 1).ok());
   }
   c->reset();
-  const ShutdownReport r = (*node)->Shutdown();
-  EXPECT_GT(r.flushed_blocks, 0);
-  EXPECT_GT(r.flush_skipped_full, 0)
-      << "the pool's " << r.flushed_blocks << " flushed blocks all fit: the tier was not filled";
-  EXPECT_EQ(r.flush_failures, 0);
+  return (*node)->Shutdown();
+}
+
+TEST(ShutdownFlushTest, AFullDiskTierEndsTheFlushWithoutAFailure) {
+  // The tier refuses puts only while the files on disk are at its write limit, that is while
+  // RocksDB's compactions lag behind the flush's puts (evicted bundles are reclaimed by them). On a
+  // loaded machine the flush can be slow enough for them to keep up, and all 112 blocks then fit
+  // through eviction (seen in 1 run of 8 with a build running beside it). So the scenario is run
+  // again, in a fresh folder, until the tier was filled (at most 5 times); every run must end
+  // without a failure.
+  int runs = 0;
+  ShutdownReport r;
+  while (runs < 5) {
+    ScratchDir dir;
+    r = FillAndShutDown(dir);
+    ++runs;
+    EXPECT_GT(r.flushed_blocks, 0) << "run " << runs;
+    EXPECT_EQ(r.flush_failures, 0) << "run " << runs;
+    if (r.flush_skipped_full > 0) break;
+  }
+  EXPECT_GT(r.flush_skipped_full, 0) << "in " << runs << " runs the pool's " << r.flushed_blocks
+                                     << " flushed blocks all fit: the tier was never filled";
 }
 
 }  // namespace
