@@ -42,6 +42,9 @@ struct NodeClientOptions {
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds request_timeout{30000};
   std::uint32_t max_frame_size = 64u << 20;  // largest response accepted
+  // How long a call polls for its response before it sleeps in poll(2) (0: sleeps at once). The
+  // calling thread spins on a core meanwhile; a response within it is read without a wake-up.
+  std::chrono::microseconds spin_wait{0};
 };
 
 struct AdmitReply {

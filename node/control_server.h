@@ -10,7 +10,8 @@
 //              in-flight limits (per connection and overall: kResourceExhausted at once when full,
 //              never an unbounded queue) and the node's state (draining: kPeerUnreachable "node is
 //              shutting down"), then runs on the worker pool, serialised per connection (requests
-//              of one connection run one at a time, in order; connections run in parallel). A
+//              of one connection run one at a time, in order; connections run in parallel) — or
+//              inline, see below. A
 //              request whose deadline (its timeout_ms, or request_timeout) passed before it ran
 //              gets kTimedOut and does not run. A frame that does not parse, or a message of an
 //              unknown type, gets an error response (id 0) and the connection stays; a bad frame
@@ -21,8 +22,14 @@
 //   closed     After the last in-flight request of the connection finished, the handler's
 //              CloseSession runs (it releases every sequence and pin the connection held).
 // Connections beyond max_connections get AuthResult{resource_exhausted} and are closed.
-// Every handler of a session runs on its strand (one per session on the I/O context); no handler
-// blocks: requests run on the worker pool (a strand per session over it).
+// Every handler of a session runs on its strand (one per session on the I/O context). Requests run
+// on the worker pool (a strand per session over it), except one case: a request that arrives when
+// nothing else of its connection is in flight runs inline, on the io thread that read it, if at
+// most io_threads - 2 other io threads are doing so — so at least one io thread is always free to
+// serve every socket, however long a request takes (a restore from disk, a peer fetch), and
+// io_threads 1 never runs a request inline. Inline, the request's answer is written from the same
+// thread: the two hand-offs (io -> worker -> io), two of the four thread wake-ups of a request,
+// are saved. Its order, limits, deadline and accounting are those of a pooled request.
 //
 // Shutdown: StopAccepting() closes the listeners and makes new requests fail with
 // kPeerUnreachable; WaitIdle(deadline) waits for in-flight requests; Stop() closes every
@@ -69,6 +76,7 @@ struct ControlServerStats {
   std::int64_t requests_rejected = 0;    // in-flight limits (resource_exhausted)
   std::int64_t bad_frames = 0;           // headers, payloads or message types refused
   std::int64_t inflight = 0;             // requests accepted and not yet answered
+  std::int64_t requests_inline = 0;      // run on the io thread that read them (no hand-off)
 };
 
 class ControlServer {

@@ -4,9 +4,10 @@
 // The server owns connections, framing, authentication, limits and threads; the handler owns the
 // meaning of requests. Calls:
 //   OpenSession   once per authenticated connection, on an I/O thread (must not block);
-//   Handle        per request, on a worker thread, serialised per session (one request of a
-//                 session at a time, in arrival order), so a session's state needs no lock of its
-//                 own; may block (block manager, tier copies, RocksDB);
+//   Handle        per request, on a worker thread or inline on the I/O thread that read it
+//                 (control_server.h says when), serialised per session (one request of a session
+//                 at a time, in arrival order), so a session's state needs no lock of its own; may
+//                 block (block manager, tier copies, RocksDB): the server keeps an I/O thread free;
 //   CloseSession  once, on a worker thread, after the session's last Handle returned — it
 //                 releases whatever the connection held (sequences, pins);
 //   PollEvents    on an I/O thread, for SubscribeEvents streams (must not block: the event ring has

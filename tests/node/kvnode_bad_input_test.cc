@@ -90,9 +90,12 @@ class KvnodeBadInputTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new ScratchDir();
+    // One io thread: every request runs on the worker pool (none inline, node/control_server.h),
+    // so a client that pipelines requests reaches the in-flight limit.
     auto n = KvnodeProcess::Start(
-        dir_->path(), TestConfig(dir_->path(), 4096, "8MiB", "", "",
-                                 "  max_connections: 48\n  max_inflight_per_connection: 4\n"));
+        dir_->path(),
+        TestConfig(dir_->path(), 4096, "8MiB", "", "",
+                   "  max_connections: 48\n  max_inflight_per_connection: 4\n  io_threads: 1\n"));
     ASSERT_TRUE(n.ok()) << n.status();
     node_ = n->release();
   }

@@ -1,0 +1,153 @@
+// ControlServer's choice of thread for a request (node/control_server.h): a request that arrives
+// with nothing else of its connection in flight runs inline on the io thread that read it while
+// another io thread stays free; a request that takes long there never keeps other connections
+// from being served; with one io thread nothing runs inline. A handler of its own (no node).
+#include "node/control_server.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "node/client.h"
+#include "node/frame.h"
+
+namespace kvmesh {
+namespace {
+
+using Steady = std::chrono::steady_clock;
+constexpr const char* kSecret = "control-server-test-secret-0123456789";
+// A Lookup whose first token is this sleeps in the handler.
+constexpr Token kSlowToken = 999;
+constexpr std::chrono::milliseconds kSlow{600};
+
+class SleepyHandler final : public RequestHandler {
+ public:
+  std::shared_ptr<SessionState> OpenSession(const SessionInfo& info) override {
+    return std::make_shared<SessionState>(info);
+  }
+  HandlerResult Handle(SessionState&, const rpc::Request& request) override {
+    if (request.has_lookup() && request.lookup().tokens_size() > 0 &&
+        request.lookup().tokens(0) == static_cast<std::int32_t>(kSlowToken)) {
+      slow_started.store(true);
+      std::this_thread::sleep_for(kSlow);
+    }
+    HandlerResult r;
+    r.response.mutable_lookup();
+    return r;
+  }
+  void CloseSession(SessionState&) override {}
+  KvEventBatch PollEvents(std::uint64_t, std::size_t) override { return {}; }
+
+  std::atomic<bool> slow_started{false};
+};
+
+class ControlServerTest : public ::testing::Test {
+ protected:
+  void Start(int io_threads) {
+    ControlServerOptions o;
+    o.node_id = "test";
+    o.secret = kSecret;
+    o.unix_socket = (std::filesystem::temp_directory_path() /
+                     ("kvmesh-cs-test-" + std::to_string(::getpid()) + ".sock"))
+                        .string();
+    std::filesystem::remove(o.unix_socket);
+    o.io_threads = io_threads;
+    o.worker_threads = 2;
+    socket_ = o.unix_socket;
+    auto s = ControlServer::Start(o, &handler_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(s).value();
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove(socket_);
+  }
+  std::unique_ptr<NodeClient> Connect() {
+    NodeClientOptions o;
+    o.address = socket_;
+    o.secret = kSecret;
+    auto c = NodeClient::Connect(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  SleepyHandler handler_;
+  std::string socket_;
+  std::unique_ptr<ControlServer> server_;
+};
+
+TEST_F(ControlServerTest, OneAtATimeRequestsRunInlineWhenAnotherIoThreadIsFree) {
+  Start(/*io_threads=*/2);
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  const std::vector<Token> t = {1, 2, 3};
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(c->Lookup(t).ok());
+  const ControlServerStats s = server_->stats();
+  EXPECT_EQ(s.requests_inline, 20);
+  EXPECT_EQ(s.inflight, 0);
+}
+
+TEST_F(ControlServerTest, OneIoThreadRunsNothingInline) {
+  Start(/*io_threads=*/1);
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  const std::vector<Token> t = {1, 2, 3};
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->Lookup(t).ok());
+  EXPECT_EQ(server_->stats().requests_inline, 0);
+}
+
+// The slow request takes the only inline slot and its io thread; the other io thread serves a
+// second connection at once (its request goes to the worker pool).
+TEST_F(ControlServerTest, ALongInlineRequestLeavesAnIoThreadForTheOthers) {
+  Start(/*io_threads=*/2);
+  auto slow = Connect();
+  auto quick = Connect();
+  ASSERT_NE(slow, nullptr);
+  ASSERT_NE(quick, nullptr);
+  std::thread t([&] {
+    const std::vector<Token> tokens = {kSlowToken};
+    EXPECT_TRUE(slow->Lookup(tokens).ok());
+  });
+  while (!handler_.slow_started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto start = Steady::now();
+  const std::vector<Token> tokens = {1};
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(quick->Lookup(tokens).ok());
+  const auto took = Steady::now() - start;
+  t.join();
+  EXPECT_LT(took, kSlow / 2) << "the quick connection waited for the slow request";
+  const ControlServerStats s = server_->stats();
+  EXPECT_EQ(s.requests_inline, 1);  // the slow one; the quick ones found no free slot
+  EXPECT_EQ(s.requests_total, 6);
+}
+
+// A client that writes many requests at once gets every answer, in order: inline, the next frame
+// is read after the answer to the one before was written; pooled, the worker strand keeps order.
+TEST_F(ControlServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  for (const int io_threads : {1, 2}) {
+    Start(io_threads);
+    auto c = Connect();
+    ASSERT_NE(c, nullptr);
+    std::string bytes;
+    for (std::uint64_t id = 1; id <= 16; ++id) {
+      rpc::Frame f;
+      f.mutable_request()->set_id(id);
+      f.mutable_request()->mutable_lookup()->mutable_tokens()->Add(static_cast<std::int32_t>(id));
+      bytes += *EncodeFrame(f, 1 << 20);
+    }
+    ASSERT_TRUE(c->SendRaw(std::as_bytes(std::span(bytes))).ok());
+    for (std::uint64_t id = 1; id <= 16; ++id) {
+      auto r = c->ReadFrame();
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->response().id(), id) << "io_threads " << io_threads;
+    }
+    c.reset();
+    server_.reset();
+  }
+}
+
+}  // namespace
+}  // namespace kvmesh
