@@ -86,7 +86,9 @@ std::string DeviceName(int device) { return StrCat("cuda:", device); }
 // The first CUDA device of the pools (rank r on first + r), or -1 for host pools. `auto` takes the
 // GPUs when this process sees enough of them for every rank, else the host (said in a log line).
 Result<int> ResolveDevice(const DeviceSelection& d, int tp) {
-  if (d.kind == DeviceSelection::Kind::kCpu) return -1;
+  if (d.kind == DeviceSelection::Kind::kCpu || d.kind == DeviceSelection::Kind::kEmulated) {
+    return -1;
+  }
   const int count = CudaDeviceCount();
   if (d.kind == DeviceSelection::Kind::kAuto) {
     if (count >= tp) return 0;
@@ -171,16 +173,18 @@ Status Node::Open(const NodeConfig& config) {
   config_ = config;
   const NodeConfig& c = config_;
   KVMESH_ASSIGN_OR_RETURN(first_device_, ResolveDevice(c.device, c.tensor_parallel_size));
-  if (first_device_ >= 0 && c.peer.enabled) {
+  const bool emulated = c.device.kind == DeviceSelection::Kind::kEmulated;
+  if ((first_device_ >= 0 || emulated) && c.peer.enabled) {
     return Status::NotSupported(StrCat(
-        "peer.enabled with device ", DeviceName(first_device_),
+        "peer.enabled with device ", emulated ? "emulated" : DeviceName(first_device_),
         ": the peer data path (UCX remote fetch and handoff) reads and writes host-addressable "
         "pools only, and GPU pools over UCX are not built yet; use device: cpu for a peer node, "
         "or peer.enabled: false"));
   }
   description_.node_id = c.node_id.empty() ? HostName() : c.node_id;
   description_.version = kVersion;
-  description_.device = first_device_ >= 0 ? DeviceName(first_device_) : "cpu";
+  description_.device =
+      emulated ? "emulated" : (first_device_ >= 0 ? DeviceName(first_device_) : "cpu");
   description_.data_dir = c.data_dir;
   description_.unix_socket =
       c.control.unix_socket.empty() ? c.data_dir + "/kvnode.sock" : c.control.unix_socket;
@@ -226,6 +230,10 @@ Status Node::Open(const NodeConfig& config) {
   if (first_device_ >= 0) {
     KVMESH_ASSIGN_OR_RETURN(pools_,
                             NodePools::CreateDevice(plan_, c.tensor_parallel_size, first_device_));
+  } else if (emulated) {
+    emulated_device_ = std::make_unique<EmulatedDevice>();
+    KVMESH_ASSIGN_OR_RETURN(
+        pools_, NodePools::CreateEmulated(plan_, c.tensor_parallel_size, emulated_device_.get()));
   } else {
     KVMESH_ASSIGN_OR_RETURN(pools_, NodePools::CreateHost(plan_, c.tensor_parallel_size,
                                                           /*prefault=*/false));
@@ -255,7 +263,12 @@ Status Node::Open(const NodeConfig& config) {
     // with the CUDA block copy on copy streams of the pools' devices (store/device_staging.h).
     DevicePoolsOptions d;
     for (const RankPool& p : pools_.pools()) d.device.push_back(p.device);
-    d.make_backend = [](int device) { return MakeCudaBackend(device); };
+    if (emulated_device_ != nullptr) {
+      d.make_backend = emulated_device_->BackendFactory();
+      d.staging_memory = HostMemoryKind::kAligned;  // nothing to pin for
+    } else {
+      d.make_backend = [](int device) { return MakeCudaBackend(device); };
+    }
     t.offload.device_pools = std::move(d);
   }
   if (c.disk_tier.enabled) {
@@ -448,7 +461,10 @@ std::string Node::Summary() const {
   s << "kvnode " << description_.node_id << " (pid " << ::getpid() << ", version " << kVersion
     << ")\n";
   s << "  model      " << model_summary_ << "\n";
-  if (pools_.on_device()) {
+  if (pools_.emulated()) {
+    s << "  device     emulated (a test device): pools in memory the node's own code cannot read, "
+         "every copy staged as on a GPU; engines map it as host memory, CPU backend\n";
+  } else if (pools_.on_device()) {
     s << "  device     " << description_.device
       << ": pools in device memory (CUDA IPC), CUDA kernels";
     for (std::size_t r = 0; r < pools_.devices().size(); ++r) {

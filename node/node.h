@@ -25,7 +25,10 @@
 // tiers then copy blocks through pinned host memory with the CUDA block copy on copy streams
 // (store/device_staging.h), and copy-on-partial-reuse runs on the device. `auto` is cuda:0 when
 // this process sees a CUDA device per rank, else cpu. With device pools, peer.enabled is refused
-// (the UCX peer data path reads and writes host-addressable pools only).
+// (the UCX peer data path reads and writes host-addressable pools only). `emulated` is a test
+// device (store/emulated_device.h): pools in host memory that the node's own code cannot read
+// (PROT_NONE), every copy staged exactly as for CUDA pools but done by the CPU; engines are given
+// the memfds and see host pools — so the device data path runs, and is checked, without a GPU.
 //
 // Shutdown() (SIGTERM/SIGINT in kvnode_main.cc):
 //   1. stop accepting connections; new requests fail with kPeerUnreachable;
@@ -126,6 +129,8 @@ class Node {
   std::string model_summary_;
   int lock_fd_ = -1;
   int first_device_ = -1;  // CUDA device of rank 0's pools; -1: host pools
+  // device: emulated — the test device the pools live on; outlives them and the cache.
+  std::unique_ptr<EmulatedDevice> emulated_device_;
   std::int64_t disk_entries_at_start_ = 0;
   PoolPlan plan_;
   NodePools pools_;

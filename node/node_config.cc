@@ -355,6 +355,7 @@ std::string DeviceSelection::ToString() const {
     case Kind::kAuto: return "auto";
     case Kind::kCpu: return "cpu";
     case Kind::kCuda: return StrCat("cuda:", index);
+    case Kind::kEmulated: return "emulated";
   }
   return "unknown";
 }
@@ -364,6 +365,7 @@ Result<DeviceSelection> ParseDeviceSelection(std::string_view text) {
   if (s == "auto") return DeviceSelection{DeviceSelection::Kind::kAuto, 0};
   if (s == "cpu") return DeviceSelection{DeviceSelection::Kind::kCpu, 0};
   if (s == "cuda") return DeviceSelection{DeviceSelection::Kind::kCuda, 0};
+  if (s == "emulated") return DeviceSelection{DeviceSelection::Kind::kEmulated, 0};
   if (s.starts_with("cuda:")) {
     const std::string_view digits = std::string_view(s).substr(5);
     std::int32_t index = -1;
@@ -376,7 +378,7 @@ Result<DeviceSelection> ParseDeviceSelection(std::string_view text) {
         StrCat("device '", text, "': the part after cuda: must be a device index, e.g. cuda:0"));
   }
   return Status::InvalidArgument(
-      StrCat("device '", text, "' is not one of auto, cpu, cuda, cuda:N"));
+      StrCat("device '", text, "' is not one of auto, cpu, cuda, cuda:N, emulated"));
 }
 
 Result<MembershipKind> ParseMembershipKind(std::string_view text) {

@@ -59,6 +59,9 @@ struct DeviceSelection {
     kAuto = 0,  // the first CUDA device when kvmesh has CUDA and a device is present, else cpu
     kCpu = 1,   // host memory, the CPU backend
     kCuda = 2,  // CUDA device `index` (and index + 1 .. index + tensor_parallel_size - 1)
+    // A test device: pools in host memory that the node's own code cannot read, every copy staged
+    // as with a GPU (store/emulated_device.h); engines see host pools.
+    kEmulated = 3,
   };
   Kind kind = Kind::kAuto;
   std::int32_t index = 0;  // kCuda only
@@ -67,7 +70,7 @@ struct DeviceSelection {
   [[nodiscard]] std::string ToString() const;
   friend bool operator==(const DeviceSelection&, const DeviceSelection&) = default;
 };
-// Accepts "auto", "cpu", "cuda" (= cuda:0) and "cuda:N"; kInvalidArgument otherwise.
+// Accepts "auto", "cpu", "cuda" (= cuda:0), "cuda:N" and "emulated"; kInvalidArgument otherwise.
 Result<DeviceSelection> ParseDeviceSelection(std::string_view text);
 
 struct ModelSelection {

@@ -77,7 +77,24 @@ Result<NodePools> NodePools::CreateHost(const PoolPlan& plan, int tensor_paralle
     KVMESH_ASSIGN_OR_RETURN(
         SharedMemory mem, SharedMemory::Create(StrCat("kvmesh-pool-", p.index), p.bytes, prefault));
     out.bases_.push_back(static_cast<std::uint8_t*>(mem.data()));
+    out.fds_.push_back(mem.fd());
     out.memory_.push_back(std::move(mem));
+  }
+  return out;
+}
+
+Result<NodePools> NodePools::CreateEmulated(const PoolPlan& plan, int tensor_parallel_size,
+                                            EmulatedDevice* device) {
+  NodePools out;
+  out.tp_ = tensor_parallel_size;
+  out.emulated_ = true;
+  out.pools_ = PlanRankPools(plan, tensor_parallel_size);
+  for (RankPool& p : out.pools_) {
+    p.device = p.rank;
+    Result<EmulatedDevice::Memory> mem = device->Allocate(p.bytes, p.device);
+    if (!mem.ok()) return mem.status().WithContext(StrCat("pool ", p.name));
+    out.bases_.push_back(reinterpret_cast<std::uint8_t*>(mem->device));
+    out.fds_.push_back(mem->fd);
   }
   return out;
 }
@@ -96,6 +113,7 @@ Result<NodePools> NodePools::CreateDevice(const PoolPlan& plan, int tensor_paral
     Result<DeviceMemory> mem = DeviceMemory::Allocate(p.device, p.bytes);
     if (!mem.ok()) return mem.status().WithContext(StrCat("pool ", p.name));
     out.bases_.push_back(static_cast<std::uint8_t*>(mem->data()));
+    out.fds_.push_back(-1);
     out.device_memory_.push_back(std::move(mem).value());
   }
   return out;
@@ -144,7 +162,9 @@ void NodePools::DescribeForAttach(rpc::AttachResponse* out, std::vector<int>* fd
     d->set_dtype(static_cast<std::uint32_t>(p.layout.dtype));
     d->set_num_blocks(p.num_blocks);
     d->set_pool_scale(p.pool_scale);
-    d->set_device(p.device);
+    // An emulated device's pools are host memory to an engine.
+    const int engine_device = emulated_ ? -1 : p.device;
+    d->set_device(engine_device);
     d->mutable_layers()->Add(p.layers.begin(), p.layers.end());
     for (int c = 0; c < kNumKvComponents; ++c) {
       const PagedTensorLayout& comp = p.layout.components[c];
@@ -166,10 +186,10 @@ void NodePools::DescribeForAttach(rpc::AttachResponse* out, std::vector<int>* fd
     }
     rpc::MemoryObject* mo = out->add_memory();
     mo->set_bytes(p.bytes);
-    mo->set_device(p.device);
-    if (p.device < 0) {
+    mo->set_device(engine_device);
+    if (fds_[i] >= 0) {
       mo->set_kind(rpc::MemoryObject::KIND_MEMFD);
-      fds->push_back(memory_[i].fd());
+      fds->push_back(fds_[i]);
     } else {
       mo->set_kind(rpc::MemoryObject::KIND_CUDA_IPC);
       mo->set_cuda_ipc_handle(device_memory_[i].ipc_handle());

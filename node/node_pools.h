@@ -36,6 +36,7 @@
 #include "pool/block_manager.h"
 #include "pool/model_spec.h"
 #include "pool/pool_plan.h"
+#include "store/emulated_device.h"
 
 namespace kvmesh {
 
@@ -68,6 +69,12 @@ class NodePools {
   // kResourceExhausted when one lacks the memory, kNotSupported without CUDA in the build.
   static Result<NodePools> CreateDevice(const PoolPlan& plan, int tensor_parallel_size,
                                         int first_device);
+  // Allocates every rank pool of `plan` in the memory of an emulated device (rank r's pools on its
+  // device r; store/emulated_device.h), which must outlive the pools: the node's views hold its
+  // PROT_NONE addresses (host code must stage every copy, as for CUDA pools), while engines are
+  // given the memfds and see host pools (KIND_MEMFD, device -1).
+  static Result<NodePools> CreateEmulated(const PoolPlan& plan, int tensor_parallel_size,
+                                          EmulatedDevice* device);
 
   NodePools() = default;
   NodePools(NodePools&&) noexcept = default;
@@ -77,7 +84,8 @@ class NodePools {
   [[nodiscard]] int tensor_parallel_size() const { return tp_; }
   // True when the pools are device memory (CreateDevice); then views() hold device pointers, which
   // host code must not dereference (store/device_staging.h copies through host memory).
-  [[nodiscard]] bool on_device() const { return !device_memory_.empty(); }
+  [[nodiscard]] bool on_device() const { return !device_memory_.empty() || emulated_; }
+  [[nodiscard]] bool emulated() const { return emulated_; }
   // The devices of the ranks, [rank] (CreateDevice only; empty for host pools).
   [[nodiscard]] const std::vector<CudaDeviceInfo>& devices() const { return devices_; }
   // One view per rank pool, in block-manager order.
@@ -99,8 +107,10 @@ class NodePools {
   std::vector<RankPool> pools_;
   std::vector<SharedMemory> memory_;         // [pool], host pools
   std::vector<DeviceMemory> device_memory_;  // [pool], device pools
-  std::vector<CudaDeviceInfo> devices_;      // [rank], device pools
-  std::vector<std::uint8_t*> bases_;         // [pool]: the start of its memory object
+  std::vector<int> fds_;                     // [pool]: the memfd an engine maps; -1 for CUDA
+  bool emulated_ = false;
+  std::vector<CudaDeviceInfo> devices_;  // [rank], device pools
+  std::vector<std::uint8_t*> bases_;     // [pool]: the start of its memory object
 };
 
 }  // namespace kvmesh

@@ -1,6 +1,6 @@
 // The node's readers of pool blocks on device pools: the shutdown flush (node/flush.h) writes every
 // cached pool block into the disk tier through the engine's staging (OffloadEngine::ReadBlock), on
-// a pool in emulated device memory whose addresses are PROT_NONE (tests/store/emulated_device.h):
+// a pool in emulated device memory whose addresses are PROT_NONE (store/emulated_device.h):
 // a host read of the pool would be a SIGSEGV, a stale or missing copy a wrong byte on disk.
 #include <gtest/gtest.h>
 

@@ -112,7 +112,7 @@ TEST(NodeConfigTest, BadValuesNameTheKeyAndItsLine) {
        "kvnode.yaml:2: kv_cache.eviction_policy: eviction policy 'optimal' is not one of "
        "lru, priority-lru, learned"},
       {"device: gpu\n",
-       "kvnode.yaml:1: device: device 'gpu' is not one of auto, cpu, cuda, cuda:N"},
+       "kvnode.yaml:1: device: device 'gpu' is not one of auto, cpu, cuda, cuda:N, emulated"},
       {"kv_cache:\n  host_cache_size: lots\n",
        "kvnode.yaml:2: kv_cache.host_cache_size: bad byte size 'lots': expected a number with an "
        "optional unit (e.g. 8GiB)"},

@@ -406,6 +406,7 @@ TEST(NodeConfigTest, DeviceSelection) {
       {"cuda:0", {DeviceSelection::Kind::kCuda, 0}, "cuda:0"},
       {"cuda:7", {DeviceSelection::Kind::kCuda, 7}, "cuda:7"},
       {"cuda:12", {DeviceSelection::Kind::kCuda, 12}, "cuda:12"},
+      {"emulated", {DeviceSelection::Kind::kEmulated, 0}, "emulated"},
   };
   for (const Case& c : cases) {
     Result<DeviceSelection> d = ParseDeviceSelection(c.text);
@@ -414,8 +415,8 @@ TEST(NodeConfigTest, DeviceSelection) {
     EXPECT_EQ(d->ToString(), c.name);
     EXPECT_EQ(*ParseDeviceSelection(d->ToString()), *d);
   }
-  for (const char* bad : {"", "gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x", "cuda:0:1", "cuda 0",
-                          "cuda:99999999999"}) {
+  for (const char* bad : {"", "gpu", "emulated:0", "cuda:", "cuda:-1", "cuda:x", "cuda:1x",
+                          "cuda:0:1", "cuda 0", "cuda:99999999999"}) {
     Result<DeviceSelection> d = ParseDeviceSelection(bad);
     EXPECT_FALSE(d.ok()) << bad;
     if (!d.ok()) {

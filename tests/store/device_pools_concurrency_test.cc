@@ -91,7 +91,7 @@ TEST(DevicePoolsConcurrency, AdmitOffloadOnboardPrefetchThroughSmallStagingAreas
   EXPECT_EQ(s.offload.offload_failed, 0);
   EXPECT_EQ(s.offload.onboard_corrupt, 0);
   EXPECT_EQ(s.input_blocks, s.hit_blocks() + s.missed_blocks);
-  const store_test::EmulatedDeviceStats d = rig.device().stats();
+  const EmulatedDeviceStats d = rig.device().stats();
   EXPECT_EQ(d.overlapping_calls, 0);
   EXPECT_GT(d.to_device_pairs, 0);
   EXPECT_EQ(rig.engine().staging()->free_areas(), rig.engine().staging()->num_areas());

@@ -1,4 +1,4 @@
-// OffloadEngine over pools in emulated device memory (tests/store/emulated_device.h: the engine's
+// OffloadEngine over pools in emulated device memory (store/emulated_device.h: the engine's
 // pool addresses are PROT_NONE, so any host access to them kills the test with SIGSEGV). Offload
 // and onboard staged through host memory with bytes equal to the device blocks', a run of blocks
 // longer than a staging area (chunks), ReadBlock, the device-to-device copy, one backend per
@@ -12,16 +12,15 @@
 #include <vector>
 
 #include "common/strings.h"
+#include "store/emulated_device.h"
 #include "store/offload_engine.h"
 #include "store/synthetic_block.h"
 #include "tests/store/device_rig.h"
-#include "tests/store/emulated_device.h"
 #include "tests/store/store_test_util.h"
 
 namespace kvmesh {
 namespace {
 
-using store_test::EmulatedDevice;
 using store_test::IdFor;
 using store_test::LayoutOf;
 using store_test::TempDir;
@@ -44,7 +43,7 @@ struct EngineRig {
   };
   explicit EngineRig(const Options& o) {
     const KvPoolLayout layout = SmallLayout();
-    pool = device.AllocatePool(layout, o.pool_blocks, 1.0f);
+    pool = device.AllocatePool(layout, o.pool_blocks, 1.0f).value();
     OffloadEngineOptions e;
     e.pools = {pool.device};
     e.host_capacity_bytes =
@@ -109,7 +108,7 @@ std::vector<ContentId> Ids(std::uint64_t first, std::uint64_t n) {
 TEST(DevicePoolsTest, CreateValidatesTheDevicePoolsOptions) {
   EmulatedDevice device;
   const KvPoolLayout layout = SmallLayout();
-  const EmulatedDevice::Pool pool = device.AllocatePool(layout, 4, 1.0f);
+  const EmulatedDevice::Pool pool = device.AllocatePool(layout, 4, 1.0f).value();
   OffloadEngineOptions e;
   e.pools = {pool.device};
   e.host_capacity_bytes = 1 << 20;
@@ -198,7 +197,7 @@ TEST_P(DevicePoolsThreadsTest, OffloadAndOnboardAreStagedWithTheDeviceBlocksByte
     EXPECT_TRUE(SyntheticBlockMatches(rig.pool.alias, 8 + static_cast<std::int64_t>(i), ids[i]))
         << i;
   }
-  const store_test::EmulatedDeviceStats d = rig.device.stats();
+  const EmulatedDeviceStats d = rig.device.stats();
   EXPECT_EQ(d.backends_made, 1);
   EXPECT_EQ(d.to_host_pairs, 6);
   EXPECT_EQ(d.to_device_pairs, 6);
@@ -336,8 +335,8 @@ TEST(DevicePoolsTest, PoolsOnTwoDevicesGetOneBackendEach) {
   EmulatedDevice device;
   const KvPoolLayout a = SmallLayout();
   const KvPoolLayout b = LayoutOf(store_test::TierShapes()[2].geometry);  // nvfp4 HND
-  const EmulatedDevice::Pool pa = device.AllocatePool(a, 8, 1.0f, /*ordinal=*/0);
-  const EmulatedDevice::Pool pb = device.AllocatePool(b, 8, 2.5f, /*ordinal=*/1);
+  const EmulatedDevice::Pool pa = device.AllocatePool(a, 8, 1.0f, /*ordinal=*/0).value();
+  const EmulatedDevice::Pool pb = device.AllocatePool(b, 8, 2.5f, /*ordinal=*/1).value();
   OffloadEngineOptions e;
   e.pools = {pa.device, pb.device};
   e.host_capacity_bytes = 4 << 20;

@@ -74,7 +74,7 @@ TEST_P(DevicePoolsTieredTest, VictimsGoToHostAndRocksDbAndComeBackWithTheirBytes
   const TieredCacheStats t = rig.cache().stats();
   EXPECT_EQ(t.disk_hit_blocks, 1);
   EXPECT_EQ(t.host_hit_blocks, 1);
-  const store_test::EmulatedDeviceStats d = rig.device().stats();
+  const EmulatedDeviceStats d = rig.device().stats();
   EXPECT_EQ(d.to_device_pairs, 2);
   EXPECT_EQ(d.overlapping_calls, 0);
   EXPECT_TRUE(rig.manager().CheckInvariants().ok());
@@ -177,7 +177,7 @@ TEST_P(DevicePoolsTieredTest, PromptLongerThanAStagingAreaIsStagedInChunks) {
   ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{4}).ok());
   rig.engine().Drain();
   EXPECT_EQ(rig.cache().stats().host_hit_blocks, 20);
-  const store_test::EmulatedDeviceStats d = rig.device().stats();
+  const EmulatedDeviceStats d = rig.device().stats();
   EXPECT_EQ(d.to_host_pairs, 20);  // p, q; p evicted again is clean (the host tier holds it)
   EXPECT_EQ(rig.engine().stats().skipped_clean, 10);
   EXPECT_EQ(d.to_device_pairs, 20);
@@ -194,7 +194,7 @@ TEST(DevicePoolsTieredTest, FailedDeferredOffloadCopyCompletesTheTicketAndPutsNo
   const auto a = Doc(kT, 1);
   rig.Run(1, a, WholeBlocks());
   rig.Run(2, Doc(kT, 2), WholeBlocks());
-  rig.device().FailNextCopies(1, store_test::EmulatedDevice::FailAt::kSynchronize);
+  rig.device().FailNextCopies(1, EmulatedDevice::FailAt::kSynchronize);
   rig.Run(3, Doc(kT, 3), WholeBlocks());  // evicts a: its staging copy fails
   rig.Run(4, Doc(kT, 4), WholeBlocks());  // evicts doc 2: copied
   rig.engine().Drain();
@@ -212,9 +212,9 @@ TEST(DevicePoolsTieredTest, FailedDeferredOffloadCopyCompletesTheTicketAndPutsNo
 
 TEST(DevicePoolsTieredTest, AGivenBlockCopyIsKept) {
   // A caller's own env.block_copy is not replaced by the engine's.
-  store_test::EmulatedDevice device;
+  EmulatedDevice device;
   const KvPoolLayout layout = LayoutOf(store_test::TierShapes()[0].geometry);
-  const auto pool = device.AllocatePool(layout, 4, 1.0f);
+  const auto pool = device.AllocatePool(layout, 4, 1.0f).value();
   int calls = 0;
   TieredCacheOptions t;
   t.manager.tokens_per_block = layout.tokens_per_block();

@@ -1,4 +1,4 @@
-// A TieredCache over one pool in emulated device memory (tests/store/emulated_device.h): the
+// A TieredCache over one pool in emulated device memory (store/emulated_device.h): the
 // engine sees only PROT_NONE addresses and stages every copy through host memory; the test writes
 // and checks blocks through the pool's read-write alias. Tier capacities in blocks, as in Rig
 // (tiered_test_util.h).
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "common/check.h"
+#include "store/emulated_device.h"
 #include "store/synthetic_block.h"
 #include "store/tiered_cache.h"
-#include "tests/store/emulated_device.h"
 #include "tests/store/tiered_test_util.h"
 
 namespace kvmesh::store_test {
@@ -34,7 +34,7 @@ class DeviceRig {
  public:
   // staging_blocks: blocks per staging area (0: the default area of 64 MiB).
   explicit DeviceRig(const RigOptions& o, std::int64_t staging_blocks = 0) : options_(o) {
-    pool_ = device_.AllocatePool(o.layout, o.pool_blocks, o.pool_scale);
+    pool_ = device_.AllocatePool(o.layout, o.pool_blocks, o.pool_scale).value();
     TieredCacheOptions t;
     t.manager.tokens_per_block = o.layout.tokens_per_block();
     t.manager.pools.push_back(BlockPoolConfig{"pool", o.pool_blocks, 0});

@@ -1,5 +1,6 @@
-#include "tests/store/emulated_device.h"
+#include "store/emulated_device.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -8,10 +9,9 @@
 #include <thread>
 #include <utility>
 
-#include "common/check.h"
 #include "common/strings.h"
 
-namespace kvmesh::store_test {
+namespace kvmesh {
 
 // The emulated CUDA backend: deferred block copies between emulated device memory (through its
 // alias) and host memory. See emulated_device.h.
@@ -134,12 +134,45 @@ EmulatedDevice::~EmulatedDevice() {
   for (const Region& r : regions_) {
     (void)munmap(r.device, r.bytes);
     (void)munmap(r.alias, r.bytes);
+    (void)close(r.fd);
   }
 }
 
-EmulatedDevice::Pool EmulatedDevice::AllocatePool(const KvPoolLayout& layout, std::int64_t blocks,
-                                                  float pool_scale, int ordinal) {
+Result<EmulatedDevice::Memory> EmulatedDevice::Allocate(std::size_t bytes, int ordinal) {
+  if (bytes == 0) return Status::InvalidArgument("emulated device: an allocation of 0 bytes");
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  bytes = (bytes + page - 1) / page * page;
+  const int fd = memfd_create("kvmesh-emulated-device", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    return Status::IoError(StrCat("emulated device: memfd_create: ", std::strerror(errno)));
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    (void)close(fd);
+    return Status::ResourceExhausted(
+        StrCat("emulated device: ", bytes, " bytes: ftruncate: ", std::strerror(err)));
+  }
+  // Sealed against resizing, as the host pools' memfds: a process it is shared with cannot
+  // truncate it under the backend.
+  (void)fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL);
+  void* device = mmap(nullptr, bytes, PROT_NONE, MAP_SHARED, fd, 0);
+  void* alias = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (device == MAP_FAILED || alias == MAP_FAILED) {
+    const int err = errno;
+    if (device != MAP_FAILED) (void)munmap(device, bytes);
+    if (alias != MAP_FAILED) (void)munmap(alias, bytes);
+    (void)close(fd);
+    return Status::ResourceExhausted(
+        StrCat("emulated device: mapping ", bytes, " bytes: ", std::strerror(err)));
+  }
+  Memory m{static_cast<std::byte*>(device), static_cast<std::byte*>(alias), bytes, fd};
+  MutexLock lock(&mu_);
+  regions_.push_back({m.device, m.alias, bytes, ordinal, fd});
+  return m;
+}
+
+Result<EmulatedDevice::Pool> EmulatedDevice::AllocatePool(const KvPoolLayout& layout,
+                                                          std::int64_t blocks, float pool_scale,
+                                                          int ordinal) {
   std::size_t bytes = 0;
   std::size_t offsets[kNumKvComponents] = {};
   for (int c = 0; c < kNumKvComponents; ++c) {
@@ -148,27 +181,16 @@ EmulatedDevice::Pool EmulatedDevice::AllocatePool(const KvPoolLayout& layout, st
     offsets[c] = bytes;
     bytes += (static_cast<std::size_t>(blocks * t.BytesPerBlock()) + 255) / 256 * 256;
   }
-  bytes = (bytes + page - 1) / page * page;
-  const int fd = memfd_create("kvmesh-emulated-device", MFD_CLOEXEC);
-  KVMESH_CHECK(fd >= 0) << "memfd_create: " << std::strerror(errno);
-  KVMESH_CHECK(ftruncate(fd, static_cast<off_t>(bytes)) == 0)
-      << "ftruncate: " << std::strerror(errno);
-  void* device = mmap(nullptr, bytes, PROT_NONE, MAP_SHARED, fd, 0);
-  void* alias = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  KVMESH_CHECK(device != MAP_FAILED && alias != MAP_FAILED) << "mmap: " << std::strerror(errno);
-  (void)close(fd);  // the mappings keep the memory
+  KVMESH_ASSIGN_OR_RETURN(const Memory m, Allocate(bytes, ordinal));
   Pool pool;
   pool.device.layout = pool.alias.layout = layout;
   pool.device.num_blocks = pool.alias.num_blocks = blocks;
   pool.device.pool_scale = pool.alias.pool_scale = pool_scale;
   for (int c = 0; c < kNumKvComponents; ++c) {
     if (!layout.components[c].present()) continue;
-    pool.device.base[c] = static_cast<std::byte*>(device) + offsets[c];
-    pool.alias.base[c] = static_cast<std::byte*>(alias) + offsets[c];
+    pool.device.base[c] = m.device + offsets[c];
+    pool.alias.base[c] = m.alias + offsets[c];
   }
-  MutexLock lock(&mu_);
-  regions_.push_back(
-      {static_cast<std::byte*>(device), static_cast<std::byte*>(alias), bytes, ordinal});
   return pool;
 }
 
@@ -227,4 +249,4 @@ Status EmulatedDevice::Translate(int ordinal, KvPoolView& view, bool* on_device)
   return Status::Ok();
 }
 
-}  // namespace kvmesh::store_test
+}  // namespace kvmesh
