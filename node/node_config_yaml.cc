@@ -272,7 +272,8 @@ const Field kTopLevelFields[] = {
     {"data_dir", [](const Value& v, NodeConfig& c) { return ReadString(v, &c.data_dir); }},
     {"device",
      [](const Value& v, NodeConfig& c) {
-       return ReadNamed(v, "a device (auto, cpu, cuda:N, emulated)", ParseDeviceSelection, &c.device);
+       return ReadNamed(v, "a device (auto, cpu, cuda:N, emulated)", ParseDeviceSelection,
+                        &c.device);
      }},
     {"tensor_parallel_size",
      [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.tensor_parallel_size); }},
