@@ -131,13 +131,17 @@ Status HandoffReceiver::DecodeConverted(const Conversion& c, std::size_t pool,
   for (const BundleRange& r : c.codecs[pool].data_ranges()) {
     if (r.component >= 0) src.base[r.component] = bundle.data() + r.offset;
   }
-  const BlockCopyPair pair{0, block};
-  BlockCopyArgs a;
-  a.src = src;
-  a.dst = views_[pool];
-  a.pairs = &pair;
-  a.num_pairs = 1;
-  KVMESH_RETURN_IF_ERROR(cpu::BlockCopy(a, nullptr));
+  // Device pools: converted into a staging block, then copied to the device.
+  KVMESH_RETURN_IF_ERROR(cache_->engine().WriteBlock(static_cast<int>(pool), block,
+                                                     [&](const KvPoolView& dst, std::int64_t b) {
+                                                       const BlockCopyPair pair{0, b};
+                                                       BlockCopyArgs a;
+                                                       a.src = src;
+                                                       a.dst = dst;
+                                                       a.pairs = &pair;
+                                                       a.num_pairs = 1;
+                                                       return cpu::BlockCopy(a, nullptr);
+                                                     }));
   converted_.fetch_add(1);
   return Status::Ok();
 }

@@ -27,8 +27,8 @@
 // fingerprints equal ours but for the order: PeerSessions::OtherOrder), each bundle is verified as
 // a bundle of the sender's geometry where it landed in receive staging, then copied from there
 // into the reserved (hidden) block in our order (kernels/block_copy.h converts) before it is
-// published. CPU-addressable pools only (the node's pools here are host memory). Everything else
-// must be equal.
+// published (device pools: converted into a staging block, then copied to the device,
+// OffloadEngine::WriteBlock). Everything else must be equal.
 //
 // Thread safety: both thread-safe; HandOff and Handle block (network, transfers).
 #pragma once

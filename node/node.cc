@@ -174,13 +174,6 @@ Status Node::Open(const NodeConfig& config) {
   const NodeConfig& c = config_;
   KVMESH_ASSIGN_OR_RETURN(first_device_, ResolveDevice(c.device, c.tensor_parallel_size));
   const bool emulated = c.device.kind == DeviceSelection::Kind::kEmulated;
-  if ((first_device_ >= 0 || emulated) && c.peer.enabled) {
-    return Status::NotSupported(StrCat(
-        "peer.enabled with device ", emulated ? "emulated" : DeviceName(first_device_),
-        ": the peer data path (UCX remote fetch and handoff) reads and writes host-addressable "
-        "pools only, and GPU pools over UCX are not built yet; use device: cpu for a peer node, "
-        "or peer.enabled: false"));
-  }
   description_.node_id = c.node_id.empty() ? HostName() : c.node_id;
   description_.version = kVersion;
   description_.device =
@@ -324,8 +317,11 @@ Status Node::StartPeers() {
   o.connect_timeout = c.fetch_deadline;
   o.transfer.ucx.tls = c.ucx_tls;
   o.transfer.ucx.net_devices = c.ucx_net_devices;
-  // The pools' memory, registered once: a holder sends pooled blocks straight from it.
-  for (const KvPoolView& v : pools_.views()) {
+  // The pools' memory, registered once: a holder sends pooled blocks straight from it and a
+  // fetch lands in it. Not device pools: Debian's UCX has no CUDA transport, so their blocks are
+  // staged through host memory (OffloadEngine::ReadBlock / WriteBlock) and travel through the
+  // registered staging slots.
+  for (const KvPoolView& v : pools_.on_device() ? std::vector<KvPoolView>{} : pools_.views()) {
     for (int k = 0; k < kNumKvComponents; ++k) {
       const PagedTensorLayout& l = v.layout.components[k];
       if (!l.present() || v.base[k] == nullptr) continue;

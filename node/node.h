@@ -24,8 +24,10 @@
 // engines as CUDA IPC handles (node/device_memory.h), sized from that device's free memory; the
 // tiers then copy blocks through pinned host memory with the CUDA block copy on copy streams
 // (store/device_staging.h), and copy-on-partial-reuse runs on the device. `auto` is cuda:0 when
-// this process sees a CUDA device per rank, else cpu. With device pools, peer.enabled is refused
-// (the UCX peer data path reads and writes host-addressable pools only). `emulated` is a test
+// this process sees a CUDA device per rank, else cpu. With device pools the peer data path stages
+// as the tiers do (UCX has no CUDA transport here): only its staging slots are registered, a
+// holder encodes a block read through staging, a requester writes a verified bundle through
+// staging (OffloadEngine::ReadBlock, WriteBlock). `emulated` is a test
 // device (store/emulated_device.h): pools in host memory that the node's own code cannot read
 // (PROT_NONE), every copy staged exactly as for CUDA pools but done by the CPU; engines are given
 // the memfds and see host pools — so the device data path runs, and is checked, without a GPU.

@@ -72,7 +72,23 @@ bool CacheBlockSource::Encode(std::span<const ContentId> ids, std::size_t i,
                               std::span<const std::span<std::byte>> slots, Prepared* out) {
   const std::size_t pools = codecs_.size();
   Result<PinnedBlocks> pins = cache_->manager().PinByContentId(ids[i]);
-  if (pins.ok() && pins->size() == pools) {
+  OffloadEngine& engine = cache_->engine();
+  if (pins.ok() && pins->size() == pools && engine.device_pools()) {
+    // Device pools: UCX cannot read them; each block is staged into host memory and encoded whole
+    // into its slot (sent from the slot). The pins hold the blocks while they are read.
+    bool ok = true;
+    for (const PinnedBlockRef& ref : pins->blocks()) {
+      const auto p = static_cast<std::size_t>(ref.pool.value);
+      if (p >= pools) {
+        ok = false;
+        break;
+      }
+      Result<HostBlock> staged = engine.ReadBlock(ref.pool.value, ref.block.value);
+      ok = staged.ok() && codecs_[p].Encode(staged->view(), staged->block(), ids[i], slots[p]).ok();
+      if (!ok) break;
+    }
+    if (ok) return true;
+  } else if (pins.ok() && pins->size() == pools) {
     bool ok = true;
     for (const PinnedBlockRef& ref : pins->blocks()) {
       const auto p = static_cast<std::size_t>(ref.pool.value);

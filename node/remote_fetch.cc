@@ -338,10 +338,15 @@ Status RemoteFetcher::DecodeBlock(const RestoreReservation& r, const StagingLeas
     // In place, or one pass (copied while checksummed, as the host tier restores): the
     // destination is a reserved block, hidden until PublishRestore, which publishes only the
     // verified prefix — a block whose check fails here, whatever it holds, is freed unseen.
+    // Device pools (never in place: UCX cannot write them) are written through a staging block.
     const ContentId id = RemoteId(r, i);
-    Status st = in_place_         ? codecs_[p].VerifyInPlace(bundle, id, views_[p], block)
-                : options_.decode ? options_.decode(p, bundle, id, block)
-                                  : codecs_[p].DecodeOnePass(bundle, id, views_[p], block);
+    Status st = in_place_ ? codecs_[p].VerifyInPlace(bundle, id, views_[p], block)
+                : options_.decode
+                    ? options_.decode(p, bundle, id, block)
+                    : cache_->engine().WriteBlock(
+                          static_cast<int>(p), block, [&](const KvPoolView& view, std::int64_t b) {
+                            return codecs_[p].DecodeOnePass(bundle, id, view, b);
+                          });
     KVMESH_RETURN_IF_ERROR(st.WithContext(StrCat("pool ", p)));
   }
   return Status::Ok();

@@ -34,7 +34,9 @@
 // reserved blocks and the header and checksum into a receive-staging slot; each block is then
 // verified where it lies (BundleCodec::VerifyInPlace: the header checked completely, the checksum
 // over the header, the block and zero padding), no byte copied. Otherwise every range lands in the
-// slot and the one-pass decode (or options.decode) copies it into the reserved block. Either way
+// slot and the one-pass decode (or options.decode) copies it into the reserved block — for device
+// pools (never in place: UCX cannot write them) through a staging block (OffloadEngine::
+// WriteBlock). Either way
 // UCX writes only into memory granted for this transfer to this holder — reserved blocks that no
 // tree, block table or engine sees — until the grant completed (the engine completes a grant only
 // once UCX no longer writes into it, cancelled or not; the reservation and the lease outlive it),

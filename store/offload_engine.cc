@@ -213,6 +213,24 @@ Result<HostBlock> OffloadEngine::ReadBlock(int pool, std::int64_t block) {
   return HostBlock(staged, 0, std::move(lease));
 }
 
+Status OffloadEngine::WriteBlock(
+    int pool, std::int64_t block,
+    const std::function<Status(const KvPoolView&, std::int64_t)>& fill) {
+  if (pool < 0 || pool >= num_pools()) {
+    return Status::InvalidArgument(StrCat("write block: pool ", pool, " of ", num_pools()));
+  }
+  const KvPoolView& view = options_.pools[static_cast<std::size_t>(pool)];
+  if (block < 0 || block >= view.num_blocks) {
+    return Status::InvalidArgument(
+        StrCat("write block: block ", block, " of pool ", pool, " (", view.num_blocks, " blocks)"));
+  }
+  if (!staging_) return fill(view, block);  // the pool itself
+  DeviceStaging::Lease lease = staging_->Acquire();
+  KVMESH_RETURN_IF_ERROR(fill(lease.view(pool), 0));
+  const BlockCopyPair pair{0, block};
+  return lease.ToDevice(pool, std::span(&pair, 1));
+}
+
 Status OffloadEngine::CopyPoolBlocks(const BlockCopyArgs& args) {
   if (staging_) return staging_->CopyBlocks(args);
   return cpu::BlockCopy(args, nullptr);

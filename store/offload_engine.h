@@ -66,7 +66,9 @@
 //     to the device (a miss, as for host pools), nor are the blocks of its range after it, which
 //     are not published either. A range longer than a staging area is done in chunks of
 //     capacity() blocks. A failed device copy fails its blocks (onboard_failed; not published).
-//   - ReadBlock: a host-readable copy of one pool block (flush, kvctl inspect).
+//   - ReadBlock: a host-readable copy of one pool block (flush, kvctl inspect, a peer's fetch).
+//   - WriteBlock: one pool block written by host code (a block from a peer, verified, possibly
+//     converted) into a staging block, then copied to the device.
 //   - CopyPoolBlocks: the copy-on-partial-reuse copy (TieredCache passes it to the block manager
 //     as BlockManagerEnv::block_copy), on the pool's device.
 // The ticket and reservation contracts are unchanged; the staging adds copies, not states.
@@ -232,6 +234,14 @@ class OffloadEngine final : public EvictionListener {
   // areas are few, and the listener may wait for one under the manager's lock).
   // kInvalidArgument: pool or block out of range.
   [[nodiscard]] Result<HostBlock> ReadBlock(int pool, std::int64_t block);
+  // Writes block `block` of pool `pool` from host code: `fill(view, b)` writes block b of `view` —
+  // the pool itself for host pools; for device pools a staging block, which is copied into the
+  // pool block once fill returned OK (waited for). An error of fill (a bundle that fails its
+  // check) is returned and nothing reaches the device. REQUIRES: the block is the caller's (a
+  // reserved, hidden block); the same rules as ReadBlock while fill runs.
+  [[nodiscard]] Status WriteBlock(
+      int pool, std::int64_t block,
+      const std::function<Status(const KvPoolView&, std::int64_t)>& fill);
   // A copy between blocks of one pool's memory, returning when the destination is written:
   // cpu::BlockCopy for host pools, the pool's device backend for device pools. TieredCache hands it
   // to the block manager as its copy-on-partial-reuse copy (BlockManagerEnv::block_copy).

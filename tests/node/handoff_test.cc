@@ -49,8 +49,9 @@ using node_test::Prompt;
 using node_test::RunOn;
 
 std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id,
-                                const std::string& kv_layout = "HND") {
-  Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id, kv_layout), "test");
+                                const std::string& kv_layout = "HND",
+                                const std::string& device = "cpu") {
+  Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id, kv_layout, device), "test");
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return nullptr;
   Result<std::unique_ptr<Node>> node = Node::Start(*config);
@@ -64,11 +65,14 @@ std::int64_t PinnedBlocks(Node& node) {
   return pinned;
 }
 
-// Prefill on A in `from` order, decode on B in `to` order.
-void ExpectEveryBlockHandedOff(const std::string& from, const std::string& to) {
+// Prefill on A in `from` order, decode on B in `to` order, their pools on device_a and device_b
+// (cpu, or emulated: device pools, staged out of A's pool and into B's).
+void ExpectEveryBlockHandedOff(const std::string& from, const std::string& to,
+                               const std::string& device_a = "cpu",
+                               const std::string& device_b = "cpu") {
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", from);
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", to);
+  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", from, device_a);
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", to, device_b);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto requests = Prompt(1000, 8);
@@ -110,6 +114,16 @@ TEST(HandoffTest, EveryBlockIsHandedOffAndTheDecodeAdmitHitsThemAll) {
 }
 
 TEST(HandoffTest, HndBlocksAreConvertedToNhdOnReceipt) { ExpectEveryBlockHandedOff("HND", "NHD"); }
+
+TEST(HandoffTest, DevicePoolsHandOffThroughStaging) {
+  ExpectEveryBlockHandedOff("HND", "HND", "emulated", "emulated");
+}
+
+TEST(HandoffTest, DevicePoolsConvertThroughStaging) {
+  ExpectEveryBlockHandedOff("HND", "NHD", "emulated", "emulated");
+  ExpectEveryBlockHandedOff("NHD", "HND", "cpu", "emulated");
+  ExpectEveryBlockHandedOff("HND", "HND", "emulated", "cpu");
+}
 
 TEST(HandoffTest, NhdBlocksAreConvertedToHndOnReceipt) { ExpectEveryBlockHandedOff("NHD", "HND"); }
 

@@ -3,11 +3,10 @@
 // onboard through staging, copy-on-partial-reuse on the "device", the shutdown flush, kvctl inspect
 // — runs here exactly as on a GPU, and a host access to a pool would kill the node (SIGSEGV). The
 // synthetic engine maps the pools as host memory and checks every decode output. The same checks
-// as kvnode_gpu_test.cc, on any machine.
+// as kvnode_gpu_test.cc, on any machine; the peer data path with device pools is in
+// peer_fetch_test.cc and handoff_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <fstream>
 
 #include "tests/node/gpu_node_util.h"
 
@@ -75,18 +74,6 @@ TEST(KvnodeEmulatedDeviceTest, InspectReadsTheBlockThroughStaging) {
   EXPECT_GT(r->inspect_block().pools(0).components_size(), 0);
   EXPECT_TRUE(r->inspect_block().all_copies_agree());
   EXPECT_TRUE((*node)->process().running());
-}
-
-TEST(KvnodeEmulatedDeviceTest, PeerDataPathIsRefusedWithDevicePools) {
-  ScratchDir dir;
-  const std::string yaml =
-      GpuConfig(dir.path(), "emulated", 1, 4096, "8MiB", "64MiB") + "peer:\n  enabled: true\n";
-  const auto config = dir.path() / "peer.yaml";
-  { std::ofstream(config) << yaml; }
-  RunOutput r = RunToCompletion(KvnodePath(), {"--config", config.string()}, dir.path() / "peer",
-                                std::chrono::seconds(60));
-  EXPECT_EQ(r.status.code, 1);
-  EXPECT_THAT(r.err, HasSubstr("peer.enabled with device emulated"));
 }
 
 }  // namespace

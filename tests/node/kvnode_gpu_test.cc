@@ -9,10 +9,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
-
 #include "node/attached_pools.h"
 #include "tests/node/gpu_node_util.h"
+#include "tests/node/peer_test_util.h"
 
 namespace kvmesh::node_test {
 namespace {
@@ -79,17 +78,43 @@ TEST(KvnodeGpuTest, SyntheticEngineChecksPassAndBlocksGoThroughTheTiersAndBack) 
   EXPECT_EQ(second["check_failures"].get<std::int64_t>(), 0) << second.dump();
 }
 
-TEST(KvnodeGpuTest, PeerDataPathIsRefusedWithGpuPools) {
+// Two kvnodes with GPU pools on one host (both on cuda:0 here): a prefix prefilled on A is handed
+// off to B (HND -> NHD, converted on receipt), staged out of A's device pool and into B's through
+// pinned host memory over UCX; B's engine decodes it with every step checked.
+TEST(KvnodeGpuTest, HandoffBetweenGpuNodesThroughStaging) {
   SKIP_WITH_FEWER_DEVICES(1);
   ScratchDir dir;
-  const std::string yaml =
-      GpuConfig(dir.path(), "cuda:0", 1, 4096, "8MiB", "64MiB") + "peer:\n  enabled: true\n";
-  const auto config = dir.path() / "peer.yaml";
-  { std::ofstream(config) << yaml; }
-  RunOutput r = RunToCompletion(KvnodePath(), {"--config", config.string()}, dir.path() / "peer",
-                                std::chrono::seconds(60));
-  EXPECT_EQ(r.status.code, 1);
-  EXPECT_THAT(r.err, HasSubstr("peer.enabled with device cuda:0"));
+  auto prefill = StartPeerProcess(dir.path() / "p", "prefill-1", "HND", "cuda:0");
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  auto decode = StartPeerProcess(dir.path() / "d", "decode-1", "NHD", "cuda:0");
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  const std::vector<std::string> synth = {"--socket",
+                                          (*prefill)->unix_socket(),
+                                          "--secret",
+                                          kTestSecret,
+                                          "--decode-socket",
+                                          (*decode)->unix_socket(),
+                                          "--decode-node-id",
+                                          "decode-1",
+                                          "--decode-address",
+                                          (*decode)->tcp_address(),
+                                          "--synthetic",
+                                          "--conversations",
+                                          "3",
+                                          "--turns",
+                                          "3",
+                                          "--block-tokens",
+                                          "16",
+                                          "--decode-tokens",
+                                          "2",
+                                          "--json"};
+  RunOutput r = RunToCompletion(SynthPath(), synth, dir.path() / "synth");
+  ASSERT_EQ(r.status.code, 0) << r.out << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["handoff"]["failed"], 0);
+  EXPECT_GT(j["handoff"]["moved_blocks"].get<std::int64_t>(), 0);
+  EXPECT_EQ(j["decode"]["check_failures"], 0) << r.out;
+  EXPECT_GT(j["decode"]["checks"].get<std::int64_t>(), 0);
 }
 
 }  // namespace

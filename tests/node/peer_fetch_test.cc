@@ -42,8 +42,9 @@ using node_test::PeerConfig;
 using node_test::Prompt;
 using node_test::RunOn;
 
-std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id) {
-  Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id), "test");
+std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id,
+                                const std::string& device = "cpu") {
+  Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id, "HND", device), "test");
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return nullptr;
   Result<std::unique_ptr<Node>> node = Node::Start(*config);
@@ -72,17 +73,20 @@ TEST(PeerFetchTest, PeerTableFindsAnUpsertedMember) {
   EXPECT_EQ(t.Find(""), nullptr);
 }
 
-TEST(PeerFetchTest, PrefixComputedOnAIsAdmittedOnBAsRemoteHits) {
+// A's pools on device_a, B's on device_b (cpu, or emulated: device pools, whose blocks the holder
+// stages out of its pool and the requester stages into its own, never in place).
+void ExpectPrefixFetched(const std::string& device_a, const std::string& device_b) {
   ScratchDir dir;
   std::filesystem::create_directories(dir.path() / "a");
-  auto a = KvnodeProcess::Start(dir.path() / "a", PeerConfig(dir.path() / "a", "node-a"));
+  auto a = KvnodeProcess::Start(dir.path() / "a",
+                                PeerConfig(dir.path() / "a", "node-a", "HND", device_a));
   ASSERT_TRUE(a.ok()) << a.status();
   const auto requests = Prompt(1000, 8);
   const SyntheticWorkloadStats on_a = RunOn((*a)->unix_socket(), requests);
   ASSERT_EQ(on_a.check_failures, 0) << on_a.first_error;
   ASSERT_EQ(on_a.remote_hit_blocks, 0);
 
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b");
+  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", device_b);
   ASSERT_NE(b, nullptr);
   b->peers()->Upsert({.node_id = "node-a", .control_address = (*a)->tcp_address()});
   const SyntheticWorkloadStats on_b = RunOn(b->unix_socket(), requests);
@@ -106,6 +110,21 @@ TEST(PeerFetchTest, PrefixComputedOnAIsAdmittedOnBAsRemoteHits) {
   EXPECT_EQ(again.remote_hit_blocks, 0);
   EXPECT_EQ(again.check_failures, 0);
   b->Shutdown();
+  // A survived its peer's fetch (a host read of its device pools would have been a SIGSEGV).
+  EXPECT_TRUE((*a)->process().running());
+}
+
+TEST(PeerFetchTest, PrefixComputedOnAIsAdmittedOnBAsRemoteHits) {
+  ExpectPrefixFetched("cpu", "cpu");
+}
+
+TEST(PeerFetchTest, DevicePoolsOnBothSidesFetchThroughStaging) {
+  ExpectPrefixFetched("emulated", "emulated");
+}
+
+TEST(PeerFetchTest, HostPoolsFetchFromDevicePoolsAndBack) {
+  ExpectPrefixFetched("emulated", "cpu");
+  ExpectPrefixFetched("cpu", "emulated");
 }
 
 using node_test::LyingSource;

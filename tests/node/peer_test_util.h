@@ -21,15 +21,19 @@ namespace kvmesh::node_test {
 
 inline constexpr std::int32_t kPeerBlockTokens = 16;  // TestConfig's tokens_per_block
 
-// TestConfig with peer.enabled, node id `node_id` and pool layout `kv_layout`;
-// KVMESH_TEST_LOG_LEVEL overrides the log level (for debugging a test).
+// TestConfig with peer.enabled, node id `node_id`, pool layout `kv_layout` and the pools on
+// `device` (cpu, emulated, cuda:N); KVMESH_TEST_LOG_LEVEL overrides the log level (for debugging a
+// test).
 inline std::string PeerConfig(const std::filesystem::path& dir, const std::string& node_id,
-                              const std::string& kv_layout = "HND") {
+                              const std::string& kv_layout = "HND",
+                              const std::string& device = "cpu") {
   std::string yaml = TestConfig(dir, 4096, "8MiB", "64MiB",
                                 "peer:\n  enabled: true\n  ucx_tls: tcp\n  ucx_net_devices: lo\n",
                                 "", "  kv_layout: " + kv_layout + "\n");
   const std::string from = "node_id: test-node";
   yaml.replace(yaml.find(from), from.size(), "node_id: " + node_id);
+  const std::string cpu = "device: cpu";
+  yaml.replace(yaml.find(cpu), cpu.size(), "device: " + device);
   if (const char* level = std::getenv("KVMESH_TEST_LOG_LEVEL"); level != nullptr) {
     const std::string info = "level: info";
     yaml.replace(yaml.find(info), info.size(), std::string("level: ") + level);
@@ -38,12 +42,13 @@ inline std::string PeerConfig(const std::filesystem::path& dir, const std::strin
 }
 
 // One request of `blocks` whole blocks whose hash ids start at `first`.
-// A kvnode process with PeerConfig(dir, node_id, kv_layout), in `dir` (created).
+// A kvnode process with PeerConfig(dir, node_id, kv_layout, device), in `dir` (created).
 inline Result<std::unique_ptr<KvnodeProcess>> StartPeerProcess(const std::filesystem::path& dir,
                                                                const std::string& node_id,
-                                                               const std::string& kv_layout) {
+                                                               const std::string& kv_layout,
+                                                               const std::string& device = "cpu") {
   std::filesystem::create_directories(dir);
-  return KvnodeProcess::Start(dir, PeerConfig(dir, node_id, kv_layout));
+  return KvnodeProcess::Start(dir, PeerConfig(dir, node_id, kv_layout, device));
 }
 
 inline std::vector<TraceRequest> Prompt(std::uint64_t first, int blocks) {
