@@ -16,6 +16,19 @@
 #endif
 
 namespace kvmesh {
+
+std::string CudaUuidString(const std::string& uuid) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "GPU-";
+  for (std::size_t i = 0; i < uuid.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    const auto b = static_cast<unsigned char>(uuid[i]);
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
 namespace {
 
 // The received descriptors: each one is taken by a mapping or closed here, on every path.
@@ -45,23 +58,10 @@ struct DescribedObject {
   int node_device = -1;
 };
 
-// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi names devices.
-std::string UuidString(const std::string& uuid) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "GPU-";
-  for (std::size_t i = 0; i < uuid.size(); ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
-    const auto b = static_cast<unsigned char>(uuid[i]);
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
-}
-
 std::string DeviceName(const rpc::MemoryObject& mo) {
   return mo.device_uuid().empty()
              ? StrCat("CUDA device ", mo.device())
-             : StrCat("CUDA device ", mo.device(), " (", UuidString(mo.device_uuid()), ")");
+             : StrCat("CUDA device ", mo.device(), " (", CudaUuidString(mo.device_uuid()), ")");
 }
 
 Result<DescribedObject> DescribeObject(const rpc::MemoryObject& mo, std::size_t index) {
@@ -132,25 +132,6 @@ Status CheckComponent(const rpc::PoolDescriptor& d, const rpc::PoolComponentMemo
 
 namespace {
 
-// Makes `device` current for its lifetime and restores the caller's current device.
-class ScopedDevice {
- public:
-  ScopedDevice() { known_ = cudaGetDevice(&previous_) == cudaSuccess; }
-  ~ScopedDevice() {
-    if (known_) (void)cudaSetDevice(previous_);
-    (void)cudaGetLastError();  // not a later launch's error
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  [[nodiscard]] static Status Set(int device) {
-    return cuda::CudaCallStatus(cudaSetDevice(device), StrCat("cudaSetDevice ", device));
-  }
-
- private:
-  int previous_ = -1;
-  bool known_ = false;
-};
-
 // The local ordinal of the node's device: by UUID when the node sent one, else its ordinal.
 Result<int> LocalDevice(const rpc::MemoryObject& mo, std::size_t index) {
   const std::string where = StrCat("memory object ", index, " on ", DeviceName(mo));
@@ -167,9 +148,10 @@ Result<int> LocalDevice(const rpc::MemoryObject& mo, std::size_t index) {
         return i;
       }
     }
-    return Status::FailedPrecondition(StrCat(
-        "memory object ", index, ": no CUDA device here has uuid ", UuidString(mo.device_uuid()),
-        " (the node's device ", mo.device(), "; ", count, " devices visible here)"));
+    return Status::FailedPrecondition(
+        StrCat("memory object ", index, ": no CUDA device here has uuid ",
+               CudaUuidString(mo.device_uuid()), " (the node's device ", mo.device(), "; ", count,
+               " devices visible here)"));
   }
   if (mo.device() >= count) {
     return Status::CudaError(
@@ -186,8 +168,9 @@ class AttachedPools::DeviceMapping {
   // Errors cannot be reported from a destructor; a mapping that fails to close goes with the
   // process (the node's memory is unaffected either way).
   ~DeviceMapping() {
-    const ScopedDevice restore;
-    if (ScopedDevice::Set(device_).ok()) (void)cudaIpcCloseMemHandle(data_);
+    const cuda::ScopedDevice current(device_);
+    if (current.ok()) (void)cudaIpcCloseMemHandle(data_);
+    (void)cudaGetLastError();  // not a later launch's error
   }
   DeviceMapping(const DeviceMapping&) = delete;
   DeviceMapping& operator=(const DeviceMapping&) = delete;
@@ -199,9 +182,10 @@ class AttachedPools::DeviceMapping {
       const rpc::MemoryObject& mo, std::size_t index) {
     static_assert(sizeof(cudaIpcMemHandle_t) == kCudaIpcHandleBytes);
     KVMESH_ASSIGN_OR_RETURN(const int device, LocalDevice(mo, index));
-    const ScopedDevice restore;
-    KVMESH_RETURN_IF_ERROR(ScopedDevice::Set(device).WithContext(
-        StrCat("memory object ", index, " on ", DeviceName(mo))));
+    const cuda::ScopedDevice current(device);
+    KVMESH_RETURN_IF_ERROR(
+        cuda::CudaCallStatus(current.status(), StrCat("cudaSetDevice ", device))
+            .WithContext(StrCat("memory object ", index, " on ", DeviceName(mo))));
     cudaIpcMemHandle_t handle;
     std::memcpy(&handle, mo.cuda_ipc_handle().data(), sizeof(handle));
     void* data = nullptr;

@@ -47,6 +47,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -55,6 +56,9 @@
 #include "node/shared_memory.h"
 
 namespace kvmesh {
+
+// "GPU-" and a CUDA device UUID (16 raw bytes) in the form nvidia-smi prints (8-4-4-4-12 hex).
+std::string CudaUuidString(const std::string& uuid);
 
 class AttachedPools {
  public:

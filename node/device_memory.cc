@@ -1,28 +1,19 @@
 #include "node/device_memory.h"
 
-#include <cstdio>
 #include <utility>
 
 #include "common/log.h"
 #include "common/strings.h"
 #include "common/units.h"
+#include "node/attached_pools.h"
 
 #if defined(KVMESH_HAVE_CUDA)
 #include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_status.h"
 #endif
 
 namespace kvmesh {
-
-std::string CudaUuidString(const std::string& uuid) {
-  std::string out = "GPU-";
-  for (std::size_t i = 0; i < uuid.size(); ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
-    char hex[3];
-    std::snprintf(hex, sizeof(hex), "%02x", static_cast<unsigned char>(uuid[i]));
-    out += hex;
-  }
-  return out;
-}
 
 DeviceMemory::DeviceMemory(DeviceMemory&& other) noexcept
     : device_(std::exchange(other.device_, -1)),
@@ -45,34 +36,7 @@ DeviceMemory::~DeviceMemory() { Reset(); }
 
 #if defined(KVMESH_HAVE_CUDA)
 
-namespace {
-
-// Makes `device` current for the scope; restores the caller's current device.
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int device) {
-    known_ = cudaGetDevice(&previous_) == cudaSuccess;
-    status_ = cudaSetDevice(device);
-  }
-  ~ScopedDevice() {
-    if (known_) (void)cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  [[nodiscard]] cudaError_t status() const { return status_; }
-
- private:
-  int previous_ = -1;
-  bool known_ = false;
-  cudaError_t status_ = cudaSuccess;
-};
-
-Status CudaFailure(std::string_view what, cudaError_t err) {
-  (void)cudaGetLastError();  // not reported again by a later call
-  return Status::CudaError(StrCat(what, ": ", cudaGetErrorString(err)));
-}
-
-}  // namespace
+using cuda::ScopedDevice;
 
 Result<CudaDeviceInfo> QueryCudaDevice(int device) {
   int count = 0;
@@ -86,7 +50,7 @@ Result<CudaDeviceInfo> QueryCudaDevice(int device) {
   }
   cudaDeviceProp prop{};
   if (const cudaError_t err = cudaGetDeviceProperties(&prop, device); err != cudaSuccess) {
-    return CudaFailure(StrCat("cudaGetDeviceProperties(", device, ")"), err);
+    return cuda::CudaCallStatus(err, StrCat("cudaGetDeviceProperties(", device, ")"));
   }
   CudaDeviceInfo info;
   info.ordinal = device;
@@ -105,7 +69,7 @@ Result<DeviceMemory> DeviceMemory::Allocate(int device, std::size_t bytes) {
   if (bytes == 0) return Status::InvalidArgument("device memory of 0 bytes");
   const ScopedDevice scope(device);
   if (scope.status() != cudaSuccess) {
-    return CudaFailure(StrCat("cudaSetDevice(", device, ")"), scope.status());
+    return cuda::CudaCallStatus(scope.status(), StrCat("cudaSetDevice(", device, ")"));
   }
   DeviceMemory m;
   m.device_ = device;
@@ -117,20 +81,21 @@ Result<DeviceMemory> DeviceMemory::Allocate(int device, std::size_t bytes) {
           StrCat("cudaMalloc of ", FormatBytes(static_cast<std::int64_t>(bytes)),
                  " on CUDA device ", device, " failed: out of device memory"));
     }
-    return CudaFailure(StrCat("cudaMalloc of ", bytes, " bytes on CUDA device ", device), err);
+    return cuda::CudaCallStatus(err,
+                                StrCat("cudaMalloc of ", bytes, " bytes on CUDA device ", device));
   }
   m.size_ = bytes;
   // Blocks start zeroed, as the host pools' memfds do (an engine never reads a block it did not
   // write or was not given, but a zeroed pool keeps kvctl inspect and the tests deterministic).
   if (const cudaError_t err = cudaMemset(m.data_, 0, bytes); err != cudaSuccess) {
-    return CudaFailure(StrCat("cudaMemset on CUDA device ", device), err);
+    return cuda::CudaCallStatus(err, StrCat("cudaMemset on CUDA device ", device));
   }
   if (const cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) {
-    return CudaFailure(StrCat("cudaDeviceSynchronize on CUDA device ", device), err);
+    return cuda::CudaCallStatus(err, StrCat("cudaDeviceSynchronize on CUDA device ", device));
   }
   cudaIpcMemHandle_t handle{};
   if (const cudaError_t err = cudaIpcGetMemHandle(&handle, m.data_); err != cudaSuccess) {
-    return CudaFailure(StrCat("cudaIpcGetMemHandle on CUDA device ", device), err);
+    return cuda::CudaCallStatus(err, StrCat("cudaIpcGetMemHandle on CUDA device ", device));
   }
   m.ipc_handle_.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
   return m;

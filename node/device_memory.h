@@ -41,9 +41,6 @@ struct CudaDeviceInfo {
 // kNotFound for an ordinal this process does not see; kCudaError when the query fails.
 Result<CudaDeviceInfo> QueryCudaDevice(int device);
 
-// "GPU-" followed by the UUID in the form nvidia-smi prints (8-4-4-4-12 hex digits).
-std::string CudaUuidString(const std::string& uuid);
-
 class DeviceMemory {
  public:
   // `bytes` (> 0) of device memory on `device`, zeroed. kResourceExhausted when the device cannot

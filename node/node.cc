@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "common/units.h"
 #include "kernels/backend.h"
+#include "node/attached_pools.h"
 #include "node/flush.h"
 #include "node/holdings_snapshot.h"
 #include "node/secret.h"

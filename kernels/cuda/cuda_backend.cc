@@ -33,26 +33,7 @@ Status CudaStatus(std::string_view what, cudaError_t err) {
   return cuda::CudaCallStatus(err, what);
 }
 
-// Makes `device` current for its lifetime and restores the caller's current device (destructors and
-// frees must not leave another device current on the caller's thread).
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int device) {
-    known_ = cudaGetDevice(&previous_) == cudaSuccess;
-    ok_ = cudaSetDevice(device) == cudaSuccess;
-  }
-  ~ScopedDevice() {
-    if (known_) (void)cudaSetDevice(previous_);
-  }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  [[nodiscard]] bool ok() const { return ok_; }
-
- private:
-  int previous_ = -1;
-  bool known_ = false;
-  bool ok_ = false;
-};
+using cuda::ScopedDevice;
 
 // BackendBuffer's release for cudaMalloc'd memory. Errors cannot be reported from here (kernels/
 // does not log, a destructor does not throw); a failed cudaFree leaves the memory to the context.

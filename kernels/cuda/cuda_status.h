@@ -32,6 +32,29 @@ namespace kvmesh::cuda {
       StrCat(what, ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
 }
 
+// Makes `device` current on the calling thread for the object's lifetime and restores the caller's
+// current device when it goes (frees, destructors and calls on another device's objects must not
+// leave another device current). status(): cudaSetDevice's result (its error cleared).
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) : known_(cudaGetDevice(&previous_) == cudaSuccess) {
+    status_ = cudaSetDevice(device);
+    if (status_ != cudaSuccess) (void)cudaGetLastError();
+  }
+  ~ScopedDevice() {
+    if (known_) (void)cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  [[nodiscard]] cudaError_t status() const { return status_; }
+  [[nodiscard]] bool ok() const { return status_ == cudaSuccess; }
+
+ private:
+  int previous_ = -1;
+  bool known_ = false;
+  cudaError_t status_ = cudaSuccess;
+};
+
 // Clears an error that earlier runtime calls left as the thread's last error (see above).
 inline void ClearStaleCudaError() { (void)cudaGetLastError(); }
 
