@@ -41,32 +41,6 @@ Result<std::int64_t> MeminfoField(std::string_view text, std::string_view key) {
   return Status::Corruption(StrCat("/proc/meminfo has no ", key, " line"));
 }
 
-#if defined(KVMESH_HAVE_CUDA)
-// The current device's free memory, or an error when there is no usable device.
-Result<PrimaryMemory> DetectDevice() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();  // clear the sticky "no device" error; the host is the primary then
-    return Status::NotFound("no CUDA device");
-  }
-  int device = 0;
-  std::size_t free_bytes = 0;
-  std::size_t total_bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
-    const cudaError_t err = cudaGetLastError();
-    return Status::CudaError(StrCat("cudaMemGetInfo failed: ", cudaGetErrorString(err)));
-  }
-  PrimaryMemory m;
-  m.kind = PrimaryMemoryKind::kGpu;
-  m.device = device;
-  m.free_bytes = static_cast<std::int64_t>(free_bytes);
-  m.total_bytes = static_cast<std::int64_t>(total_bytes);
-  m.source = StrCat("cudaMemGetInfo(device ", device, ")");
-  return m;
-}
-#endif
-
 }  // namespace
 
 std::string_view PrimaryMemoryKindName(PrimaryMemoryKind k) {
@@ -129,8 +103,12 @@ Result<PrimaryMemory> DetectDeviceMemory(int device) {
 
 Result<PrimaryMemory> DetectPrimaryMemory() {
 #if defined(KVMESH_HAVE_CUDA)
-  auto device = DetectDevice();
-  if (device.ok() || !device.status().IsNotFound()) return device;
+  // The current device, when there is one; else the host is the primary.
+  int device = 0;
+  if (CudaDeviceCount() > 0 && cudaGetDevice(&device) == cudaSuccess) {
+    return DetectDeviceMemory(device);
+  }
+  (void)cudaGetLastError();
 #endif
   std::ifstream in("/proc/meminfo");
   if (!in) {

@@ -13,6 +13,7 @@
 #include "common/check.h"
 #include "pool/pool_storage.h"
 #include "store/block_bundle.h"
+#include "store/emulated_device.h"
 #include "store/synthetic_block.h"
 #include "store/tiered_cache.h"
 
@@ -33,7 +34,23 @@ struct RigOptions {
   // 0: an allocation waits for each deferred victim (the eviction order of a synchronous copy,
   // so that counts are exact while copies still run on the workers).
   std::int64_t max_moving_out = 0;
+  // The pool in emulated device memory (store/emulated_device.h: PROT_NONE addresses for the
+  // cache, every copy staged), with staging areas of this many blocks (0: the default 64 MiB).
+  bool emulated_device = false;
+  std::int64_t staging_blocks = 0;
 };
+
+// Device pool options over an emulated device: pool p on ordinals[p], aligned staging memory,
+// staging areas of staging_area_bytes (0: the default).
+inline DevicePoolsOptions EmulatedDevicePools(EmulatedDevice& device, std::vector<int> ordinals,
+                                              std::int64_t staging_area_bytes) {
+  DevicePoolsOptions d;
+  d.device = std::move(ordinals);
+  d.make_backend = device.BackendFactory();
+  d.staging_memory = HostMemoryKind::kAligned;  // no CUDA here
+  if (staging_area_bytes > 0) d.staging_area_bytes = staging_area_bytes;
+  return d;
+}
 
 inline std::int64_t BundleBytes(const KvPoolLayout& layout, float scale) {
   auto codec = BundleCodec::Create(layout, scale);
@@ -41,19 +58,26 @@ inline std::int64_t BundleBytes(const KvPoolLayout& layout, float scale) {
   return codec->bundle_bytes();
 }
 
-// A TieredCache with one pool of its own memory.
+// A TieredCache with one pool of its own memory: host memory, or emulated device memory
+// (options.emulated_device), which the test reads and writes through its read-write alias (view()).
 class Rig {
  public:
   explicit Rig(const RigOptions& o) : options_(o) {
-    const PoolMemorySpec spec{o.layout, o.pool_blocks, o.pool_scale};
-    storage_ = std::move(PoolStorage::Allocate(std::span(&spec, 1))).value();
+    if (o.emulated_device) {
+      device_ = std::make_unique<EmulatedDevice>();
+      pool_ = device_->AllocatePool(o.layout, o.pool_blocks, o.pool_scale).value();
+    } else {
+      const PoolMemorySpec spec{o.layout, o.pool_blocks, o.pool_scale};
+      storage_ = std::move(PoolStorage::Allocate(std::span(&spec, 1))).value();
+      pool_.device = pool_.alias = storage_.view(0);
+    }
     TieredCacheOptions t;
     t.manager.tokens_per_block = o.layout.tokens_per_block();
     t.manager.pools.push_back(BlockPoolConfig{"pool", o.pool_blocks, 0});
     t.manager.key_namespace.model_id = "tiered-test";
     t.manager.eviction_policy = o.policy;
     t.manager.max_moving_out_blocks = o.max_moving_out;
-    t.env.pool_memory = storage_.views();
+    t.env.pool_memory = {pool_.device};
     const std::int64_t bundle = BundleBytes(o.layout, o.pool_scale);
     t.offload.host_capacity_bytes = o.host_blocks * ((bundle + 63) / 64 * 64);
     t.offload.host_memory = HostMemoryKind::kAligned;
@@ -69,6 +93,10 @@ class Rig {
     }
     t.offload.copy_threads = o.copy_threads;
     t.offload.offload_min_priority = o.offload_min_priority;
+    if (device_ != nullptr) {
+      t.offload.device_pools =
+          EmulatedDevicePools(*device_, {0}, o.staging_blocks * o.layout.BytesPerBlock());
+    }
     auto cache = TieredCache::Create(std::move(t));
     KVMESH_CHECK(cache.ok()) << cache.status().ToString();
     cache_ = std::move(cache).value();
@@ -77,7 +105,8 @@ class Rig {
   TieredCache& cache() { return *cache_; }
   BlockManager& manager() { return cache_->manager(); }
   OffloadEngine& engine() { return cache_->engine(); }
-  const KvPoolView& view() const { return storage_.view(0); }
+  // The pool as the test reads and writes it (an emulated device's read-write alias).
+  const KvPoolView& view() const { return pool_.alias; }
   std::int32_t tokens_per_block() const { return options_.layout.tokens_per_block(); }
 
   // Content ids of the prompt's full blocks.
@@ -115,7 +144,13 @@ class Rig {
  private:
   RigOptions options_;
   PoolStorage storage_;
+  std::unique_ptr<EmulatedDevice> device_;  // outlives the cache (its backends)
+  EmulatedDevice::Pool pool_;               // device: the cache's addresses; alias: the test's
   std::unique_ptr<TieredCache> cache_;
+
+ protected:
+  EmulatedDevice* emulated_device() { return device_.get(); }
+  const KvPoolView& cache_view() const { return pool_.device; }
 };
 
 // n tokens of one "document" (distinct documents give distinct blocks).
