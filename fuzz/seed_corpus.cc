@@ -17,6 +17,7 @@
 #include "pool/block_ids.h"
 #include "pool/pool_storage.h"
 #include "store/block_bundle.h"
+#include "store/layer_range_codec.h"
 
 namespace kvmesh::fuzz {
 namespace {
@@ -354,6 +355,44 @@ void BundleSeeds() {
   }
 }
 
+// layer_range_codec: [codec][mode][begin][end][...] (fuzz/layer_range_codec_fuzzer.cc): each
+// shape's whole range and its first layer as they travel, edits of them, with and without a new
+// checksum, and a range beyond the pool's layers.
+void LayerRangeSeeds() {
+  int i = 0;
+  for (const auto& [g, scale] : BundleShapes()) {
+    auto layout = MakeKvPoolLayout(g);
+    KVMESH_CHECK(layout.ok());
+    auto codec = LayerRangeCodec::Create(*layout, scale);
+    KVMESH_CHECK(codec.ok());
+    const PoolMemorySpec spec{*layout, 1, scale};
+    auto storage = PoolStorage::Allocate(std::span(&spec, 1));
+    KVMESH_CHECK(storage.ok());
+    FillSourceBlock(storage->view(0), 0);
+    const std::string name = std::string(KvDtypeName(g.dtype)) + "_" +
+                             std::string(KvLayoutName(g.layout)) + (g.index_layers ? "_mla" : "");
+    const char c = static_cast<char>(i);
+    const auto layers = static_cast<char>(codec->num_layers());
+    for (const LayerSpan r : {LayerSpan{0, codec->num_layers()}, LayerSpan{0, 1}}) {
+      std::string piece(static_cast<std::size_t>(codec->Bytes(r)), '\0');
+      KVMESH_CHECK(codec
+                       ->Encode(storage->view(0), 0, BundleId(1), r,
+                                std::as_writable_bytes(std::span(piece.data(), piece.size())))
+                       .ok());
+      const std::string range = std::string{static_cast<char>(r.begin), static_cast<char>(r.end)};
+      const std::string tag = name + "_" + std::to_string(r.begin) + "_" + std::to_string(r.end);
+      Write("layer_range_codec", "raw_" + tag, std::string{c, '\x00'} + range + piece);
+      Write("layer_range_codec", "edit_header_" + tag,
+            std::string{c, '\x01'} + range + std::string{'\x30', '\x00', '\x01'});
+      Write("layer_range_codec", "resealed_" + tag,
+            std::string{c, '\x02'} + range + std::string{'\x50', '\x00', '\x80'});
+    }
+    Write("layer_range_codec", "beyond_" + name,
+          std::string{c, '\x01', '\x00', static_cast<char>(layers + 1)});
+    ++i;
+  }
+}
+
 }  // namespace
 }  // namespace kvmesh::fuzz
 
@@ -370,6 +409,7 @@ int main(int argc, char** argv) {
   AuthSeeds();
   HandshakeSeeds();
   BundleSeeds();
+  LayerRangeSeeds();
   std::cout << "seeds written to " << out_dir.string() << "\n";
   return 0;
 }

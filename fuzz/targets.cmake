@@ -8,6 +8,7 @@ set(KVMESH_FUZZ_TARGETS
   engine_service
   frame_decoder
   hf_config
+  layer_range_codec
   node_config
   rpc_convert
   trace_reader)
@@ -18,6 +19,7 @@ set(KVMESH_FUZZ_LIBS_control_handshake kvmesh_fuzz_node_rig)
 set(KVMESH_FUZZ_LIBS_engine_service kvmesh_fuzz_node_rig)
 set(KVMESH_FUZZ_LIBS_frame_decoder kvmesh_node_protocol)
 set(KVMESH_FUZZ_LIBS_hf_config kvmesh_pool)
+set(KVMESH_FUZZ_LIBS_layer_range_codec kvmesh_store ${KVMESH_XXHASH_LIBRARY})
 set(KVMESH_FUZZ_LIBS_node_config kvmesh_node_config)
 set(KVMESH_FUZZ_LIBS_rpc_convert kvmesh_node_protocol)
 set(KVMESH_FUZZ_LIBS_trace_reader kvmesh_pool)
@@ -33,7 +35,7 @@ endif()
 function(kvmesh_add_fuzz_executable exe name)
   add_executable(${exe} ${PROJECT_SOURCE_DIR}/fuzz/${name}_fuzzer.cc ${ARGN})
   target_link_libraries(${exe} PRIVATE ${KVMESH_FUZZ_LIBS_${name}})
-  if(name STREQUAL "bundle_codec")
+  if(name STREQUAL "bundle_codec" OR name STREQUAL "layer_range_codec")
     target_include_directories(${exe} SYSTEM PRIVATE ${KVMESH_XXHASH_INCLUDE_DIR})
   endif()
 endfunction()

@@ -345,6 +345,33 @@ Result<rpc::HandoffResponse> NodeClient::HandOffTo(const std::string& to_node_id
   return std::move(*r.mutable_hand_off_to());
 }
 
+Result<rpc::HandoffResponse> NodeClient::HandOffStream(
+    std::uint64_t request_id, const std::string& to_node_id, const std::string& to_address,
+    std::span<const Token> tokens, const SequenceOptions& options, std::uint32_t deadline_ms) {
+  rpc::Request req;
+  rpc::HandOffToRequest* h = req.mutable_hand_off_to();
+  h->set_to_node_id(to_node_id);
+  h->set_to_address(to_address);
+  h->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  ToProto(options, h->mutable_options());
+  h->set_deadline_ms(deadline_ms);
+  h->set_stream(true);
+  h->set_request_id(request_id);
+  KVMESH_ASSIGN_OR_RETURN(rpc::Response r, Call(std::move(req)));
+  return std::move(*r.mutable_hand_off_to());
+}
+
+Result<rpc::HandoffResponse> NodeClient::HandOffLayers(std::uint64_t handoff_id,
+                                                       std::int32_t layers_done, bool wait) {
+  rpc::Request req;
+  rpc::HandoffLayersDone* l = req.mutable_hand_off_layers();
+  l->set_handoff_id(handoff_id);
+  l->set_layers_done(layers_done);
+  l->set_wait(wait);
+  KVMESH_ASSIGN_OR_RETURN(rpc::Response r, Call(std::move(req)));
+  return std::move(*r.mutable_hand_off_layers());
+}
+
 Result<std::int64_t> NodeClient::StoreFullBlocks(std::uint64_t request_id,
                                                  std::optional<std::int64_t> num_computed_tokens) {
   rpc::Request req;

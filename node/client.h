@@ -88,6 +88,20 @@ class NodeClient {
                                          std::span<const Token> tokens,
                                          const SequenceOptions& options = {},
                                          std::uint32_t deadline_ms = 0);
+  // Streaming (node/handoff.h): starts handing this connection's running request `request_id`
+  // (its prompt `tokens`) to the decode node layer by layer as its prefill writes them; the answer
+  // comes at once with the stream's id (handoff_id; streaming false: the decode node needs
+  // nothing). `deadline_ms` (0: 5000) covers the whole stream.
+  Result<rpc::HandoffResponse> HandOffStream(std::uint64_t request_id,
+                                             const std::string& to_node_id,
+                                             const std::string& to_address,
+                                             std::span<const Token> tokens,
+                                             const SequenceOptions& options = {},
+                                             std::uint32_t deadline_ms = 0);
+  // Model layers [0, layers_done) of every block of stream `handoff_id` are written (and, on a
+  // device, synchronised). wait: returns the decode node's answer (wanted, had, moved, held).
+  Result<rpc::HandoffResponse> HandOffLayers(std::uint64_t handoff_id, std::int32_t layers_done,
+                                             bool wait = false);
   Result<rpc::StatusResponse> GetStatus();
 
   // A subscription to KV events from `from_seq` (SubscribeEvents): the node then pushes event

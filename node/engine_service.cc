@@ -42,6 +42,8 @@ std::shared_ptr<SessionState> EngineService::OpenSession(const SessionInfo& info
 
 void EngineService::CloseSession(SessionState& session) {
   auto& s = static_cast<EngineSession&>(session);
+  // Its streaming handoffs that still wait for layers will get none.
+  if (handoff_ != nullptr) handoff_->CancelStreams(s.info().session_id);
   std::int64_t released = 0;
   for (const auto& [engine_id, id] : s.running) {
     Status st = cache_->manager().RemoveSequence(id);
@@ -97,10 +99,18 @@ HandlerResult EngineService::Handle(SessionState& session, const rpc::Request& r
     }
     case rpc::Request::kStatus: FillStatus(r.mutable_status()); break;
     case rpc::Request::kHandOffTo:
-      st = HandOffTo(request.hand_off_to(), r.mutable_hand_off_to());
+      st = HandOffTo(s, request.hand_off_to(), r.mutable_hand_off_to());
+      break;
+    case rpc::Request::kHandOffLayers:
+      st = handoff_ == nullptr
+               ? Status::NotSupported("this node has no peer data path")
+               : HandOffLayers(s, request.hand_off_layers(), r.mutable_hand_off_layers());
       break;
     default:
-      if (PeerService::Handles(request.body_case())) {
+      if (handoff_ != nullptr && HandoffSender::Serves(request)) {
+        // A decode node's layer fetch or answer of a stream this node sends (node/handoff.h).
+        st = handoff_->HandlePeer(s.info(), request, &r);
+      } else if (PeerService::Handles(request.body_case())) {
         st = peer_ == nullptr ? Status::NotSupported("this node has no peer data path")
                               : peer_->Handle(s.info(), request, &r);
       } else if (ClusterService::Handles(request.body_case())) {
@@ -161,7 +171,8 @@ Status EngineService::Attach(EngineSession& s, rpc::AttachResponse* out,
   return Status::Ok();
 }
 
-Status EngineService::HandOffTo(const rpc::HandOffToRequest& in, rpc::HandoffResponse* out) {
+Status EngineService::HandOffTo(EngineSession& s, const rpc::HandOffToRequest& in,
+                                rpc::HandoffResponse* out) {
   if (handoff_ == nullptr) return Status::NotSupported("this node has no peer data path");
   if (in.to_node_id().empty()) return Status::InvalidArgument("hand_off_to: no node id");
   KVMESH_ASSIGN_OR_RETURN(const SequenceOptions options, FromProto(in.options()));
@@ -169,9 +180,48 @@ Status EngineService::HandOffTo(const rpc::HandOffToRequest& in, rpc::HandoffRes
     handoff_peers_->Upsert({.node_id = in.to_node_id(), .control_address = in.to_address()});
   }
   const std::chrono::milliseconds deadline(in.deadline_ms() == 0 ? 5000 : in.deadline_ms());
-  KVMESH_ASSIGN_OR_RETURN(
-      const HandoffResult r,
-      handoff_->HandOff(in.to_node_id(), TokensOf(in.tokens()), options, deadline));
+  HandoffResult r;
+  if (in.stream()) {
+    KVMESH_ASSIGN_OR_RETURN(const RequestId id, Running(s, in.request_id()));
+    KVMESH_ASSIGN_OR_RETURN(r, handoff_->HandOffStream(in.to_node_id(), TokensOf(in.tokens()),
+                                                       options, id, deadline, s.info().session_id));
+  } else {
+    KVMESH_ASSIGN_OR_RETURN(
+        r, handoff_->HandOff(in.to_node_id(), TokensOf(in.tokens()), options, deadline));
+  }
+  out->set_wanted_blocks(r.wanted_blocks);
+  out->set_had_blocks(r.had_blocks);
+  out->set_moved_blocks(r.moved_blocks);
+  out->set_held_blocks(r.held_blocks);
+  out->set_handoff_id(r.handoff_id);
+  out->set_streaming(r.streaming);
+  return Status::Ok();
+}
+
+Status EngineService::HandOffLayers(EngineSession& s, const rpc::HandoffLayersDone& in,
+                                    rpc::HandoffResponse* out) {
+  if (in.layers_done() < 0 || in.layers_done() > description_.num_layers) {
+    return Status::InvalidArgument(StrCat("hand_off_layers: layers_done ", in.layers_done(),
+                                          " of a model of ", description_.num_layers, " layers"));
+  }
+  // Model layers [0, layers_done) → each pool's local layers written: the leading ones whose
+  // global ids are below it (prefill writes the layers in order).
+  std::vector<std::int32_t> per_pool;
+  for (const RankPool& p : pools_->pools()) {
+    std::int32_t n = 0;
+    while (n < static_cast<std::int32_t>(p.layers.size()) &&
+           p.layers[static_cast<std::size_t>(n)] < in.layers_done()) {
+      ++n;
+    }
+    per_pool.push_back(n);
+  }
+  // Only this connection's streams.
+  const std::uint64_t owner = s.info().session_id;
+  KVMESH_RETURN_IF_ERROR(handoff_->LayersReady(in.handoff_id(), per_pool, owner));
+  out->set_handoff_id(in.handoff_id());
+  out->set_streaming(true);
+  if (!in.wait()) return Status::Ok();
+  KVMESH_ASSIGN_OR_RETURN(const HandoffResult r, handoff_->AwaitStream(in.handoff_id(), owner));
   out->set_wanted_blocks(r.wanted_blocks);
   out->set_had_blocks(r.had_blocks);
   out->set_moved_blocks(r.moved_blocks);

@@ -14,6 +14,14 @@
 //                     counted as remote hits. The engine's request_id names the sequence
 //                     within its connection (two connections may use the same ids).
 //   StoreFullBlocks, AppendTokens, Release, Prefetch   as the block manager's calls.
+//   HandOffTo         a prefill -> decode handoff (node/handoff.h): of a prompt's stored blocks
+//                     now, or (stream) of a running request's blocks layer by layer as its
+//                     prefill writes them: the engine then announces each layer written
+//                     (HandOffTo with layers_done; model layers, mapped to each pool's local
+//                     layers) and may wait for the decode node's answer with the last one.
+//                     Announce a layer only once its writes completed (device pools: after a
+//                     stream synchronisation), as for StoreFullBlocks. A connection that closes
+//                     cancels its streams that still wait for layers.
 //   Lookup            how many prompt tokens are cached in the pool, then the host tier, then
 //                     disk (a prefix; read-only).
 //   PollEvents / SubscribeEvents   the block manager's KV events.
@@ -135,7 +143,10 @@ class EngineService final : public RequestHandler {
 
   Status Attach(EngineSession& s, rpc::AttachResponse* out, std::vector<int>* fds) const;
   Status Admit(EngineSession& s, const rpc::AdmitRequest& in, rpc::AdmitResponse* out);
-  Status HandOffTo(const rpc::HandOffToRequest& in, rpc::HandoffResponse* out);
+  // A handoff, the start of a streaming one (in.stream) or a stream's announcement.
+  Status HandOffTo(EngineSession& s, const rpc::HandOffToRequest& in, rpc::HandoffResponse* out);
+  Status HandOffLayers(EngineSession& s, const rpc::HandoffLayersDone& in,
+                       rpc::HandoffResponse* out);
   Status StoreFullBlocks(EngineSession& s, const rpc::StoreFullBlocksRequest& in,
                          rpc::StoreFullBlocksResponse* out);
   Status AppendTokens(EngineSession& s, const rpc::AppendTokensRequest& in,

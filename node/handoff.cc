@@ -30,9 +30,15 @@ KvLayout OtherOrderOf(KvLayout order) {
   return order == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
 }
 
-// The content ids of the prompt's first `n` blocks in the key namespace `ns` (the sender's).
-std::vector<ContentId> IdsIn(const ContentId& ns, std::span<const Token> prompt,
-                             const SequenceOptions& options, std::int32_t t, std::size_t n) {
+std::chrono::milliseconds Left(std::chrono::steady_clock::time_point deadline) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                               std::chrono::steady_clock::now());
+}
+
+}  // namespace
+
+std::vector<ContentId> ContentIdsIn(const ContentId& ns, std::span<const Token> prompt,
+                                    const SequenceOptions& options, std::int32_t t, std::size_t n) {
   ContentIdHasher hasher;
   const ContentId domain = hasher.ForDomain(ns, options.domain);
   std::vector<ContentId> ids;
@@ -50,12 +56,14 @@ std::vector<ContentId> IdsIn(const ContentId& ns, std::span<const Token> prompt,
   return ids;
 }
 
-std::chrono::milliseconds Left(std::chrono::steady_clock::time_point deadline) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                               std::chrono::steady_clock::now());
-}
-
-}  // namespace
+HandoffReceiver::HandoffReceiver(TieredCache* cache, PeerSessions* sessions, PeerTable* peers,
+                                 std::vector<KvPoolView> views, std::vector<BundleCodec> codecs)
+    : cache_(cache),
+      sessions_(sessions),
+      peers_(peers),
+      views_(std::move(views)),
+      codecs_(std::move(codecs)),
+      streams_(std::make_unique<StreamReceiver>(cache_, sessions_, views_)) {}
 
 Result<HandoffResult> HandoffSender::HandOff(const std::string& to, std::span<const Token> prompt,
                                              const SequenceOptions& options,
@@ -149,6 +157,10 @@ Status HandoffReceiver::DecodeConverted(const Conversion& c, std::size_t pool,
 Status HandoffReceiver::Handle(const SessionInfo& session, const rpc::HandoffRequest& in,
                                rpc::HandoffResponse* out) {
   const std::string& from = session.client_name;
+  if (in.has_answer()) {
+    return Status::InvalidArgument("handoff: a stream's answer goes to its sender");
+  }
+  if (in.has_layers()) return streams_->Announce(from, in.layers());
   KVMESH_ASSIGN_OR_RETURN(const SequenceOptions options, FromProto(in.options()));
   const std::span<const Token> prompt = TokensOf(in.tokens());
   if (in.deadline_ms() == 0) return Status::InvalidArgument("handoff: no deadline");
@@ -159,6 +171,7 @@ Status HandoffReceiver::Handle(const SessionInfo& session, const rpc::HandoffReq
     }
     peers_->Upsert({.node_id = from, .control_address = in.from_address()});
   }
+  if (in.stream_id() != 0) return streams_->Start(from, prompt, options, until, in, out);
   BlockManager& m = cache_->manager();
   KVMESH_ASSIGN_OR_RETURN(RestorePlan plan, m.PlanRestore(prompt, options));
   const auto wanted = static_cast<std::int64_t>(plan.content_ids.size());
@@ -173,8 +186,8 @@ Status HandoffReceiver::Handle(const SessionInfo& session, const rpc::HandoffReq
   std::vector<ContentId> sender_ids;
   if (convert) {
     KVMESH_ASSIGN_OR_RETURN(conversion, MakeConversion());
-    sender_ids = IdsIn(sessions_->options().other_order_namespace_digest, prompt, options,
-                       m.tokens_per_block(), plan.content_ids.size());
+    sender_ids = ContentIdsIn(sessions_->options().other_order_namespace_digest, prompt, options,
+                              m.tokens_per_block(), plan.content_ids.size());
   }
   std::int64_t moved = 0;
   while (true) {

@@ -30,16 +30,49 @@
 // published (device pools: converted into a staging block, then copied to the device,
 // OffloadEngine::WriteBlock). Everything else must be equal.
 //
-// Thread safety: both thread-safe; HandOff and Handle block (network, transfers).
+// Streaming, layer by layer (docs/handoff.md "Streaming"): a prefill engine's forward pass writes
+// all prompt tokens of layer 0, then of layer 1, ...; a streaming handoff moves each layer range
+// of every block as soon as the engine announces it written, so that when prefill ends only the
+// last layers are still on the wire. Still a pull:
+//   sender (prefill node)                               receiver (decode node)
+//   HandOffStream(to, prompt, request): pins the engine's running request's blocks
+//     (PinSequenceBlocks; its block tables name them: none is in the prefix tree yet)
+//     Handoff{stream_id, pool_layers} --------------->  StreamReceiver::Start: plan (had), reserve
+//     <---------------- {streaming, had, moved 0}       hidden blocks for the rest, a puller
+//   LayersReady(id, layers per pool)  (the engine)
+//     the notifier thread forwards
+//     Handoff{layers: id, layers_done} -------------->  the puller pulls exactly the new range of
+//   ServeLayers <------- FetchBlocks{handoff_id}        every reserved block (node/
+//     seals and sends each range ------------------>    layer_range_fetch.h), verified first
+//     ...                                               last layer verified: PublishRestore, then
+//   StreamAnswered <------- Handoff{answer}             the answer on its own link
+//     the pins go; AwaitStream returns the answer
+// Pins: the sender's stay until the answer, a failure (the link, a cancel) or the stream's
+// deadline, on every path; a serving call shares them while UCX reads the blocks. On the decode
+// node anything missing, late, corrupt or from a dead peer frees the reservation unpublished (a
+// miss the decode engine computes, never wrong data). Device pools on the decode node take whole
+// blocks only (OffloadEngine::WriteBlock): their stream pulls [0, layers) once the last layer was
+// announced. Streams of an engine connection that closes before announcing every layer are
+// cancelled (CancelStreams; the decode node is told).
+//
+// Thread safety: both thread-safe; HandOff, HandOffStream, AwaitStream and Handle block (network,
+// transfers). The sender runs one notifier thread (forwards announcements, expires deadlines), the
+// receiver one puller thread per stream; both are joined by the destructors.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include "node/handoff_stream.h"
+#include "node/layer_range_service.h"
 #include "node/peer_sessions.h"
 #include "node/peer_table.h"
 #include "node/proto/kvmesh_rpc.pb.h"
@@ -54,22 +87,92 @@ struct HandoffResult {
   std::int64_t had_blocks = 0;     // the decode node had them already
   std::int64_t moved_blocks = 0;   // moved, verified and published on the decode node
   std::int64_t held_blocks = 0;    // in the decode node's pool after the handoff
+  std::uint64_t handoff_id = 0;    // streaming: the stream (0: none, nothing to stream)
+  bool streaming = false;          // streaming: the decode node pulls (its answer comes later)
+};
+
+struct HandoffSenderStats {
+  std::int64_t streams = 0;           // streams the decode node took
+  std::int64_t streams_answered = 0;  // its answer came
+  std::int64_t streams_failed = 0;    // ended without an answer: start refused, deadline, link,
+                                      // cancel
+  std::int64_t ranges_served = 0;     // (block, pool) layer ranges sent
+  std::int64_t bytes_served = 0;
 };
 
 class HandoffSender {
  public:
   // All outlive the sender. `self_address`: this node's control address (sent along, so that a
-  // decode node whose peer table does not list us can reach us).
-  HandoffSender(TieredCache* cache, PeerSessions* sessions, std::string self_address)
-      : cache_(cache), sessions_(sessions), self_address_(std::move(self_address)) {}
+  // decode node whose peer table does not list us can reach us). `source`: where streamed layer
+  // ranges come from (null: this node's pools; tests substitute one that lies).
+  HandoffSender(TieredCache* cache, PeerSessions* sessions, std::string self_address,
+                LayerRangeSource* source = nullptr);
+  ~HandoffSender();  // fails every stream (pins released), joins the notifier
+  HandoffSender(const HandoffSender&) = delete;
+  HandoffSender& operator=(const HandoffSender&) = delete;
 
   Result<HandoffResult> HandOff(const std::string& to, std::span<const Token> prompt,
                                 const SequenceOptions& options, std::chrono::milliseconds deadline);
 
+  // ---- streaming (node/handoff_stream_sender.cc)
+  // Starts streaming the blocks of running sequence `request` (this node's block manager; its
+  // prompt is `prompt`, planned with `options`) to `to`: pins them, asks the decode node to take
+  // them, returns its first answer (handoff_id; moved 0; streaming false when it needs nothing).
+  // `deadline` covers the whole stream, up to the answer. `owner`: who may cancel it
+  // (CancelStreams; the engine connection's session id). kFailedPrecondition: another geometry;
+  // the link's errors; kNotFound: no such sequence.
+  Result<HandoffResult> HandOffStream(const std::string& to, std::span<const Token> prompt,
+                                      const SequenceOptions& options, RequestId request,
+                                      std::chrono::milliseconds deadline, std::uint64_t owner = 0);
+  // Layers [0, layers_done[p]) of pool p of every block of stream `handoff_id` hold their final
+  // K/V: forwarded to the decode node (asynchronously: returns at once). kNotFound: no such
+  // stream (finished and collected, or expired); kInvalidArgument: a count per pool is needed,
+  // within the pool's layers and not below one announced before; a failed stream's error.
+  // `owner` (nonzero): only a stream started with that owner (another's is kNotFound).
+  Status LayersReady(std::uint64_t handoff_id, std::span<const std::int32_t> layers_done,
+                     std::uint64_t owner = 0);
+  // Waits for the decode node's answer of a stream (at most until its deadline) and forgets the
+  // stream. kTimedOut / the failure when no answer came; `owner` as for LayersReady.
+  Result<HandoffResult> AwaitStream(std::uint64_t handoff_id, std::uint64_t owner = 0);
+  // Fails the streams of `owner` that have not announced every layer (the decode node is told).
+  void CancelStreams(std::uint64_t owner);
+  // Per pool, the layers of its blocks (what LayersReady counts in).
+  [[nodiscard]] std::vector<std::int32_t> PoolLayers() const;
+
+  // The decode node's requests about a stream, on its peer session (EngineService routes them
+  // here; Serves says which): FetchBlocks with a handoff id (ServeLayerRanges) and Handoff with
+  // an answer. kPermissionDenied for a session that is no peer; kNotFound for a stream that is
+  // not this peer's.
+  static bool Serves(const rpc::Request& request);
+  Status HandlePeer(const SessionInfo& session, const rpc::Request& request, rpc::Response* out);
+  [[nodiscard]] HandoffSenderStats stream_stats() const;
+
  private:
+  struct Stream;
+  struct Forward;
+  Status ServeLayers(const SessionInfo& session, const rpc::FetchBlocksRequest& in,
+                     rpc::FetchBlocksResponse* out);
+  Status StreamAnswered(const SessionInfo& session, const rpc::HandoffStreamAnswer& in);
+  // Ends an active stream: `status` (OK: answered); its pins move to *released (dropped by the
+  // caller outside the lock).
+  void EndLocked(Stream& s, Status status, std::vector<std::shared_ptr<PinnedBlocks>>* released)
+      KVMESH_REQUIRES(mu_);
+  void Notify();  // the notifier thread's loop
+  void Send(const Forward& f);
+
   TieredCache* const cache_;
   PeerSessions* const sessions_;
   const std::string self_address_;
+  std::vector<LayerRangeCodec> codecs_;  // per pool
+  std::unique_ptr<LayerRangeSource> own_source_;
+  LayerRangeSource* source_;
+
+  mutable Mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<Stream>> streams_ KVMESH_GUARDED_BY(mu_);
+  bool stop_ KVMESH_GUARDED_BY(mu_) = false;
+  HandoffSenderStats stats_ KVMESH_GUARDED_BY(mu_);
+  std::thread notifier_;  // started with the first stream
 };
 
 struct HandoffReceiverStats {
@@ -77,25 +180,25 @@ struct HandoffReceiverStats {
   std::int64_t moved_blocks = 0;
   std::int64_t had_blocks = 0;
   std::int64_t converted_blocks = 0;  // pool blocks converted HND <-> NHD
+  StreamReceiverStats streams;        // streaming handoffs
 };
 
 class HandoffReceiver {
  public:
   // All outlive the receiver; `views` and `codecs` as for RemoteFetcher.
   HandoffReceiver(TieredCache* cache, PeerSessions* sessions, PeerTable* peers,
-                  std::vector<KvPoolView> views, std::vector<BundleCodec> codecs)
-      : cache_(cache),
-        sessions_(sessions),
-        peers_(peers),
-        views_(std::move(views)),
-        codecs_(std::move(codecs)) {}
+                  std::vector<KvPoolView> views, std::vector<BundleCodec> codecs);
 
-  // REQUIRES: a session of role peer (PeerService checks it).
+  // REQUIRES: a session of role peer (PeerService checks it). A stream's start and its
+  // announcements go to the StreamReceiver.
   Status Handle(const SessionInfo& session, const rpc::HandoffRequest& in,
                 rpc::HandoffResponse* out);
   [[nodiscard]] HandoffReceiverStats stats() const {
-    return {handoffs_.load(), moved_.load(), had_.load(), converted_.load()};
+    return {handoffs_.load(), moved_.load(), had_.load(), converted_.load(), streams_->stats()};
   }
+  // Called on a stream's puller thread after each layer range of every block verified, with the
+  // layers verified so far per pool (benchmarks and tests: when layer 0 became usable).
+  void SetStreamObserver(StreamObserver observer) { streams_->SetObserver(std::move(observer)); }
 
  private:
   // The sender's bundles (our geometry in the other order), and per pool a one-block view in that
@@ -117,6 +220,7 @@ class HandoffReceiver {
   const std::vector<BundleCodec> codecs_;
   std::atomic<std::int64_t> handoffs_{0}, moved_{0}, had_{0};
   mutable std::atomic<std::int64_t> converted_{0};
+  std::unique_ptr<StreamReceiver> streams_;  // last: its pullers use the members above
 };
 
 }  // namespace kvmesh

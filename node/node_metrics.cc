@@ -17,7 +17,7 @@ constexpr rpc::Request::BodyCase kApis[] = {
     rpc::Request::kFlush,           rpc::Request::kEngineReport,  rpc::Request::kDirectoryUpdate,
     rpc::Request::kDirectoryLocate, rpc::Request::kClusterLookup, rpc::Request::kPeerHello,
     rpc::Request::kHaveBlocks,      rpc::Request::kFetchBlocks,   rpc::Request::kHandoff,
-    rpc::Request::kHandOffTo};
+    rpc::Request::kHandOffTo,       rpc::Request::kHandOffLayers};
 
 std::string_view DirectionName(CopyDirection d) {
   switch (d) {
@@ -65,6 +65,7 @@ std::string_view ApiName(rpc::Request::BodyCase body) {
     case rpc::Request::kFetchBlocks: return "fetch_blocks";
     case rpc::Request::kHandoff: return "handoff";
     case rpc::Request::kHandOffTo: return "hand_off_to";
+    case rpc::Request::kHandOffLayers: return "hand_off_layers";
     case rpc::Request::BODY_NOT_SET: break;
   }
   return "";

@@ -178,6 +178,10 @@ Status PeerService::HaveBlocks(const rpc::HaveBlocksRequest& in, rpc::HaveBlocks
 Status PeerService::FetchBlocks(const SessionInfo& session, const rpc::FetchBlocksRequest& in,
                                 rpc::FetchBlocksResponse* out) {
   const auto start = std::chrono::steady_clock::now();
+  if (in.handoff_id() != 0) {
+    // A streaming handoff's layer ranges: its sender serves them (HandoffSender::HandlePeer).
+    return Status::NotSupported("fetch_blocks: this service serves no handoff streams");
+  }
   KVMESH_ASSIGN_OR_RETURN(const PeerId peer, sessions_->ConnectedPeer(session.client_name));
   const TransferId transfer{in.transfer_id()};
   if (!transfer.valid()) return Status::InvalidArgument("fetch_blocks: no transfer id");

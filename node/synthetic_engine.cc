@@ -190,8 +190,12 @@ class Worker {
   };
 
   Status Prefill(Sequence& seq, std::int64_t begin, std::int64_t end);
-  Status WriteRange(const Sequence& seq, const PoolInfo& pool, std::int64_t begin,
-                    std::int64_t end);
+  // Layer-major: model layer by model layer, options_.hooks.layers_written after each group.
+  Status PrefillLayerMajor(Sequence& seq, std::int64_t begin, std::int64_t end);
+  // Positions [begin, end) of the pool's local layers [layer_begin, layer_end).
+  Status WriteRange(const Sequence& seq, const PoolInfo& pool, std::int64_t begin, std::int64_t end,
+                    std::size_t layer_begin = 0, std::size_t layer_end = SIZE_MAX);
+  Status SynchronizeDevices();
   KernelArgs& ArgsOf(const PoolInfo& pool) { return *args_.at(pool.device); }
   Status DecodeStep(Sequence& seq, std::int32_t step, SyntheticWorkloadStats& s);
   void Fail(SyntheticWorkloadStats& s, const std::string& what) {
@@ -216,7 +220,7 @@ class Worker {
 };
 
 Status Worker::WriteRange(const Sequence& seq, const PoolInfo& pool, std::int64_t begin,
-                          std::int64_t end) {
+                          std::int64_t end, std::size_t layer_begin, std::size_t layer_end) {
   const std::vector<std::int32_t>& table =
       seq.tables[static_cast<std::size_t>(pool.index)].block_ids;
   const auto d = static_cast<std::size_t>(pool.head_dim);
@@ -243,7 +247,7 @@ Status Worker::WriteRange(const Sequence& seq, const PoolInfo& pool, std::int64_
                             args.In(KernelArgs::kStartPos, &start, 1));
     KVMESH_ASSIGN_OR_RETURN(const std::int32_t* table_arg,
                             args.In(KernelArgs::kBlockTable, table.data(), table.size()));
-    for (std::size_t l = 0; l < pool.layers.size(); ++l) {
+    for (std::size_t l = layer_begin; l < std::min(layer_end, pool.layers.size()); ++l) {
       const std::int32_t layer = pool.layers[l];
       for (std::size_t r = 0; r < rows; ++r) {
         const std::uint64_t seed = seq.seeds->at(run_begin + static_cast<std::int64_t>(r));
@@ -274,15 +278,38 @@ Status Worker::WriteRange(const Sequence& seq, const PoolInfo& pool, std::int64_
   return Status::Ok();
 }
 
-Status Worker::Prefill(Sequence& seq, std::int64_t begin, std::int64_t end) {
-  for (const PoolInfo& pool : pools_) KVMESH_RETURN_IF_ERROR(WriteRange(seq, pool, begin, end));
-  // The blocks must hold their bytes before the node is told (StoreFullBlocks publishes them to
-  // every engine): wait for the device backends' appends (CPU appends are done when they return).
+Status Worker::SynchronizeDevices() {
   for (const auto& [device, args] : args_) {
     if (!args->host()) {
       KVMESH_RETURN_IF_ERROR(
           args->backend().Synchronize().WithContext(StrCat("append on CUDA device ", device)));
     }
+  }
+  return Status::Ok();
+}
+
+Status Worker::Prefill(Sequence& seq, std::int64_t begin, std::int64_t end) {
+  for (const PoolInfo& pool : pools_) KVMESH_RETURN_IF_ERROR(WriteRange(seq, pool, begin, end));
+  // The blocks must hold their bytes before the node is told (StoreFullBlocks publishes them to
+  // every engine): wait for the device backends' appends (CPU appends are done when they return).
+  return SynchronizeDevices();
+}
+
+Status Worker::PrefillLayerMajor(Sequence& seq, std::int64_t begin, std::int64_t end) {
+  const std::int32_t model_layers = attached_.description().num_layers();
+  const std::int32_t group = std::max(1, options_.layer_group);
+  for (std::int32_t g = 0; g < model_layers; ++g) {
+    for (const PoolInfo& pool : pools_) {
+      for (std::size_t l = 0; l < pool.layers.size(); ++l) {
+        if (pool.layers[l] == g)
+          KVMESH_RETURN_IF_ERROR(WriteRange(seq, pool, begin, end, l, l + 1));
+      }
+    }
+    if ((g + 1) % group != 0 && g + 1 != model_layers) continue;
+    // Announced layers must hold their bytes (the node sends them from the pool at once).
+    KVMESH_RETURN_IF_ERROR(SynchronizeDevices());
+    if (options_.hooks.layers_written)
+      options_.hooks.layers_written(*client_, seq.engine_id, g + 1);
   }
   return Status::Ok();
 }
@@ -417,9 +444,12 @@ void Worker::Run(std::uint64_t index, const TraceRequest& request, SyntheticWork
   seq.seeds = std::make_unique<PositionSeeds>(namespace_digest_, so.domain, tokens_per_block_);
   seq.seeds->Append(tokens);
   const std::int64_t begin = admitted->result.reused_tokens;
-  Status st = Prefill(seq, begin, static_cast<std::int64_t>(tokens.size()));
+  if (options_.hooks.admitted) options_.hooks.admitted(*client_, seq.engine_id, tokens);
+  const auto end = static_cast<std::int64_t>(tokens.size());
+  Status st = options_.layer_major ? PrefillLayerMajor(seq, begin, end) : Prefill(seq, begin, end);
   s.computed_tokens += static_cast<std::int64_t>(tokens.size()) - begin;
   if (st.ok()) st = client_->StoreFullBlocks(seq.engine_id).status();
+  if (st.ok() && options_.hooks.prefilled) options_.hooks.prefilled(*client_, seq.engine_id);
   for (std::int32_t step = 0; st.ok() && step < options_.decode_tokens; ++step) {
     st = DecodeStep(seq, step, s);
   }

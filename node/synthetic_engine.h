@@ -5,7 +5,9 @@
 // through BlockTokens, block_tokens tokens per id):
 //   1. Admit the prompt (salt and LoRA id from the options) → block tables, reused tokens by tier;
 //   2. prefill: K/V of every position from reused_tokens on, every layer, every rank pool, written
-//      through the append kernel (quantise-on-write) straight into the node's shared pools;
+//      through the append kernel (quantise-on-write) straight into the node's shared pools —
+//      with layer_major, model layer by model layer as a forward pass writes them, calling
+//      hooks.layers_written after each group (the streaming handoff, node/synthetic_handoff.h);
 //   3. StoreFullBlocks;
 //   4. decode_tokens decode steps: AppendTokens, append the new position's K/V, then paged decode
 //      attention on the pools (q_len 1, the pool's window) for the checked layers, each output
@@ -52,6 +54,19 @@
 
 namespace kvmesh {
 
+// Layer-major prefill's calls into its caller (the disaggregated streaming handoff, node/
+// synthetic_handoff.h), on the request's own connection (its request id names the sequence there).
+// Errors are the caller's to record: prefill goes on.
+struct PrefillHooks {
+  // After Admit: (connection, engine request id, prompt).
+  std::function<void(NodeClient&, std::uint64_t, std::span<const Token>)> admitted;
+  // After each group of layers: model layers [0, n) of every computed position are written in
+  // every pool (device writes synchronised).
+  std::function<void(NodeClient&, std::uint64_t, std::int32_t n)> layers_written;
+  // After StoreFullBlocks of the prompt, before any decode step and Release.
+  std::function<void(NodeClient&, std::uint64_t)> prefilled;
+};
+
 struct SyntheticEngineOptions {
   NodeClientOptions client;      // address and secret of the node (its Unix socket)
   std::int32_t concurrency = 2;  // workers, each with its own connection
@@ -62,6 +77,12 @@ struct SyntheticEngineOptions {
   std::uint64_t lora_id = 0;
   std::int32_t kernel_threads = 1;  // CPU backend threads per worker (host pools)
   bool report_to_node = true;       // EngineReport after each request
+  // Layer-major prefill: every computed position of model layer 0 in every pool, then layer 1,
+  // ... (an engine's forward pass), calling hooks.layers_written after every `layer_group`
+  // layers. Off: position runs, every layer of a pool, pool after pool.
+  bool layer_major = false;
+  std::int32_t layer_group = 1;
+  PrefillHooks hooks;
   // Called after each request with (done, total); from worker threads, serialised.
   std::function<void(std::int64_t, std::int64_t)> progress;
 };

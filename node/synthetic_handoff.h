@@ -14,6 +14,11 @@
 //      dense reference computed from the prompt alone.
 // A failed handoff is counted, not fatal: the decode node then computes what it lacks, and its
 // checks still decide whether the data is right.
+// Streaming (stream_layers, kvmesh-synth --stream-layers; node/handoff.h "Streaming"): the
+// prefill engine starts a streaming handoff of its request right after Admit (HandOffStream on
+// its own connection), prefills layer-major and announces every `layer_group` layers as they are
+// written (HandOffLayers), and after StoreFullBlocks waits for the decode node's answer
+// (HandOffLayers with wait) before its Release; then step 3 as above.
 //
 // Thread safety: RunDisaggregated is a blocking call; it holds no shared state.
 #pragma once
@@ -34,6 +39,8 @@ struct DisaggregatedOptions {
   std::string decode_address;      // the decode node's TCP control address, as the prefill node
                                    // reaches it
   std::chrono::milliseconds handoff_deadline{5000};  // of each handoff, on the decode node
+  bool stream_layers = false;    // stream each request's layers as prefill writes them
+  std::int32_t layer_group = 1;  // layers per announcement when streaming
   // Called after each request with (done, total).
   std::function<void(std::int64_t, std::int64_t)> progress;
 };
@@ -47,8 +54,13 @@ struct DisaggregatedStats {
   std::int64_t had_blocks = 0;
   std::int64_t moved_blocks = 0;
   std::int64_t held_blocks = 0;
-  double handoff_seconds = 0;  // summed over the handoffs
-  double seconds = 0;          // the whole run
+  double handoff_seconds = 0;  // summed over the handoffs (streaming: start, announcements, wait)
+  bool streamed = false;       // layer by layer (options.stream_layers)
+  std::int64_t announcements = 0;  // streaming: layer groups announced
+  // Streaming: summed over the handoffs, the prefill engine's wait for the answer after its
+  // prefill ended (the layers still on the wire then).
+  double wait_seconds = 0;
+  double seconds = 0;  // the whole run
   std::string first_handoff_error;
 };
 

@@ -7,7 +7,8 @@
 //
 // Disaggregated (node/synthetic_handoff.h): with --decode-socket, --decode-node-id and
 // --decode-address each request is prefilled on the node of --socket, handed off to the decode
-// node, and decoded (every step checked) there:
+// node (with --stream-layers: layer by layer as prefill writes them), and decoded (every step
+// checked) there:
 //
 //   kvmesh-synth --socket prefill/kvnode.sock --decode-socket decode/kvnode.sock
 //       --decode-node-id decode-1 --decode-address 127.0.0.1:7421 --synthetic --conversations 8
@@ -43,6 +44,8 @@ struct Flags {
   std::string decode_node_id;
   std::string decode_address;
   std::uint32_t handoff_deadline_ms = 5000;
+  bool stream_layers = false;  // disaggregated: stream the layers as prefill writes them
+  std::int32_t layer_group = 1;
 };
 
 void PrintText(const kvmesh::SyntheticWorkloadStats& s, const Flags& f) {
@@ -108,6 +111,12 @@ void PrintDisaggregatedText(const kvmesh::DisaggregatedStats& s, const Flags& f)
       static_cast<long long>(s.wanted_blocks), static_cast<long long>(s.had_blocks),
       static_cast<long long>(s.moved_blocks), static_cast<long long>(s.held_blocks),
       s.handoff_seconds);
+  if (s.streamed) {
+    std::printf(
+        "                  streamed layer by layer: %lld announcements; %.3f s waiting for the "
+        "answers after prefill\n",
+        static_cast<long long>(s.announcements), s.wait_seconds);
+  }
   if (!s.first_handoff_error.empty()) {
     std::printf("                  first failed handoff: %s\n", s.first_handoff_error.c_str());
   }
@@ -167,6 +176,9 @@ void PrintDisaggregatedJson(const kvmesh::DisaggregatedStats& s, const Flags& f)
         {"moved_blocks", s.moved_blocks},
         {"held_blocks", s.held_blocks},
         {"seconds", s.handoff_seconds},
+        {"streamed", s.streamed},
+        {"announcements", s.announcements},
+        {"wait_seconds", s.wait_seconds},
         {"first_error", s.first_handoff_error}}},
   };
   std::cout << j.dump(2) << "\n";
@@ -227,6 +239,16 @@ int main(int argc, char** argv) {
   app.add_option("--handoff-deadline-ms", f.handoff_deadline_ms,
                  "disaggregated: how long the decode node may fetch each request's blocks")
       ->check(CLI::Range(1u, 600000u))
+      ->capture_default_str();
+  auto* stream = app.add_flag(
+      "--stream-layers", f.stream_layers,
+      "disaggregated: prefill layer by layer and stream each layer to the decode node as it is "
+      "written (a streaming handoff started right after admission)");
+  stream->needs(decode_socket);
+  app.add_option("--layer-group", f.layer_group,
+                 "disaggregated with --stream-layers: layers per announcement")
+      ->check(CLI::Range(1, 1 << 16))
+      ->needs(stream)
       ->capture_default_str();
   app.add_flag("--json", f.json,
                "print kvmesh.synthetic/1 JSON (kvmesh.disaggregated/1 with --decode-socket)");
@@ -289,6 +311,8 @@ int main(int argc, char** argv) {
     d.decode_node_id = f.decode_node_id;
     d.decode_address = f.decode_address;
     d.handoff_deadline = std::chrono::milliseconds(f.handoff_deadline_ms);
+    d.stream_layers = f.stream_layers;
+    d.layer_group = f.layer_group;
     d.progress = f.engine.progress;
     auto run = kvmesh::RunDisaggregated(d, requests);
     if (!run.ok()) {

@@ -1,12 +1,5 @@
 #include "store/block_bundle.h"
 
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
-#include <xxhash.h>
-#if defined(__x86_64__)
-// XXH3 through libxxhash's runtime dispatch (AVX2 where the CPU has it: ~4x the scalar speed).
-#include <xxh_x86dispatch.h>
-#endif
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -14,20 +7,15 @@
 
 #include "common/check.h"
 #include "common/strings.h"
+#include "store/bundle_internal.h"
 #include "store/stream_copy.h"
 
 namespace kvmesh {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "bundles are written little-endian");
+using namespace bundle_internal;  // NOLINT(google-build-using-namespace): internal helpers
 
-// Fixed header fields (docs/bundle-format.md).
-constexpr std::int64_t kOffMagic = 0;
-constexpr std::int64_t kOffVersion = 4;
-constexpr std::int64_t kOffHeaderBytes = 6;
-constexpr std::int64_t kOffTotalBytes = 8;
-constexpr std::int64_t kOffContentId = 16;
-constexpr std::int64_t kOffFingerprint = 32;
+// Bundle header fields after the fingerprint (docs/bundle-format.md).
 constexpr std::int64_t kOffPoolScale = 48;
 constexpr std::int64_t kOffDtype = 52;
 constexpr std::int64_t kOffLayout = 53;
@@ -46,34 +34,6 @@ constexpr std::int64_t kEntTokens = 16;
 constexpr std::int64_t kEntInner = 20;
 constexpr std::int64_t kEntOffset = 24;
 constexpr std::int64_t kEntBytes = 32;
-
-// Hashes and copies in chunks this size, so the copy reads what the hash just brought into cache.
-constexpr std::int64_t kChunkBytes = 16 * 1024;
-
-constexpr std::int64_t RoundUp(std::int64_t x, std::int64_t a) { return (x + a - 1) / a * a; }
-
-template <typename T>
-void Store(std::byte* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
-template <typename T>
-T Load(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-const std::byte kZeros[kBundleAlignment] = {};
-
-std::array<std::byte, kBundleChecksumBytes> Canonical(XXH128_hash_t h) {
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, h);
-  std::array<std::byte, kBundleChecksumBytes> out;
-  std::memcpy(out.data(), c.digest, sizeof(c.digest));
-  return out;
-}
-
-std::string HexOf(const void* p, std::size_t n) { return HexEncode(p, n); }
 
 // The component table field holding byte `offset` of an entry.
 std::string_view EntryFieldName(std::int64_t offset) {

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -32,6 +33,7 @@
 #include "tests/node/loopback_port.h"
 #include "tests/node/lying_holder.h"
 #include "tests/node/node_process.h"
+#include "tests/node/peer_node_util.h"
 #include "tests/node/peer_test_util.h"
 
 namespace kvmesh {
@@ -51,19 +53,9 @@ using node_test::RunOn;
 std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id,
                                 const std::string& kv_layout = "HND",
                                 const std::string& device = "cpu") {
-  Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id, kv_layout, device), "test");
-  EXPECT_TRUE(config.ok()) << config.status();
-  if (!config.ok()) return nullptr;
-  Result<std::unique_ptr<Node>> node = Node::Start(*config);
-  EXPECT_TRUE(node.ok()) << node.status();
-  return node.ok() ? std::move(node).value() : nullptr;
+  return node_test::StartPeerNode(dir, id, kv_layout, device);
 }
-
-std::int64_t PinnedBlocks(Node& node) {
-  std::int64_t pinned = 0;
-  for (const PoolStats& p : node.cache().manager().GetStats().pools) pinned += p.pinned_blocks;
-  return pinned;
-}
+using node_test::PinnedBlocks;
 
 // Prefill on A in `from` order, decode on B in `to` order, their pools on device_a and device_b
 // (cpu, or emulated: device pools, staged out of A's pool and into B's).
@@ -127,7 +119,6 @@ TEST(HandoffTest, DevicePoolsConvertThroughStaging) {
 
 TEST(HandoffTest, NhdBlocksAreConvertedToHndOnReceipt) { ExpectEveryBlockHandedOff("NHD", "HND"); }
 
-// Remote prefix fetch at admission does not convert: a peer in the other order is not asked.
 TEST(HandoffTest, AdmitDoesNotFetchFromAPeerInTheOtherOrder) {
   ScratchDir dir;
   std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", "HND");

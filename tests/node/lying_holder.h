@@ -1,7 +1,8 @@
 // A holder that lies, for the requester's verification tests (peer_fetch_test, handoff_test): a
-// BlockSource that corrupts or swaps blocks, and a control server handler that answers only peer
-// requests through a PeerService of its own (so that the lying PeerService can stand in for a
-// node under that node's id and engine).
+// BlockSource that corrupts or swaps blocks, a streaming sender's LayerRangeSource that does the
+// same to layer ranges, and a control server handler that answers only peer requests through a
+// PeerService of its own and, optionally, a HandoffSender's stream requests (so that the lying
+// services can stand in for a node under that node's id and engine).
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "node/control_server.h"
+#include "node/handoff.h"
+#include "node/layer_range_service.h"
 #include "node/peer_service.h"
 #include "node/request_handler.h"
 
@@ -60,16 +63,56 @@ class LyingSource final : public BlockSource {
   const int missing_at_;
 };
 
-// A control server that answers only peer requests, through a PeerService of its own.
+// A streaming sender's ranges that lie: every range is written whole (no seal-only ranges sent
+// from the pool), with a payload byte flipped in the ranges of block `corrupt_at` of each fetch,
+// or the range of the next block (a valid range of another content id) in place of block
+// `foreign_at`'s.
+class LyingLayerSource final : public LayerRangeSource {
+ public:
+  LyingLayerSource(LayerRangeSource* inner, std::vector<LayerRangeCodec> codecs, int corrupt_at,
+                   int foreign_at)
+      : inner_(inner),
+        codecs_(std::move(codecs)),
+        corrupt_at_(corrupt_at),
+        foreign_at_(foreign_at) {}
+  [[nodiscard]] bool seal_only() const override { return false; }
+  Status EncodeSeal(const LayerRangeRequest& q, std::size_t i, std::size_t pool,
+                    std::span<std::byte> seal) override {
+    return inner_->EncodeSeal(q, i, pool, seal);
+  }
+  Status Encode(const LayerRangeRequest& q, std::size_t i, std::size_t pool,
+                std::span<std::byte> out) override {
+    const std::size_t asked =
+        static_cast<int>(i) == foreign_at_ && i + 1 < q.blocks.size() ? i + 1 : i;
+    KVMESH_RETURN_IF_ERROR(inner_->Encode(q, asked, pool, out));
+    if (static_cast<int>(i) == corrupt_at_) {
+      const BundleRange payload = codecs_[pool].Parts(q.ranges[pool]).parts[1];
+      out[static_cast<std::size_t>(payload.offset + payload.length / 2)] ^= std::byte{0x40};
+    }
+    return Status::Ok();
+  }
+
+ private:
+  LayerRangeSource* const inner_;
+  const std::vector<LayerRangeCodec> codecs_;
+  const int corrupt_at_;
+  const int foreign_at_;
+};
+
+// A control server that answers only peer requests, through a PeerService of its own, and the
+// stream requests of a HandoffSender when one is given.
 class PeerOnlyHandler final : public RequestHandler {
  public:
-  explicit PeerOnlyHandler(PeerService* service) : service_(service) {}
+  explicit PeerOnlyHandler(PeerService* service, HandoffSender* sender = nullptr)
+      : service_(service), sender_(sender) {}
   std::shared_ptr<SessionState> OpenSession(const SessionInfo& info) override {
     return std::make_shared<SessionState>(info);
   }
   HandlerResult Handle(SessionState& s, const rpc::Request& request) override {
     HandlerResult r;
-    Status st = PeerService::Handles(request.body_case())
+    Status st = sender_ != nullptr && HandoffSender::Serves(request)
+                    ? sender_->HandlePeer(s.info(), request, &r.response)
+                : PeerService::Handles(request.body_case())
                     ? service_->Handle(s.info(), request, &r.response)
                     : Status::NotSupported("peer requests only");
     if (!st.ok()) {
@@ -84,6 +127,7 @@ class PeerOnlyHandler final : public RequestHandler {
 
  private:
   PeerService* service_;
+  HandoffSender* sender_;
 };
 
 // A control server on 127.0.0.1 (a free port) that says it is `node_id` and answers through

@@ -26,6 +26,7 @@
 #include "node/synthetic_engine.h"
 #include "tests/node/lying_holder.h"
 #include "tests/node/node_process.h"
+#include "tests/node/peer_node_util.h"
 #include "tests/node/peer_test_util.h"
 
 namespace kvmesh {
@@ -44,19 +45,9 @@ using node_test::RunOn;
 
 std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id,
                                 const std::string& device = "cpu") {
-  Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id, "HND", device), "test");
-  EXPECT_TRUE(config.ok()) << config.status();
-  if (!config.ok()) return nullptr;
-  Result<std::unique_ptr<Node>> node = Node::Start(*config);
-  EXPECT_TRUE(node.ok()) << node.status();
-  return node.ok() ? std::move(node).value() : nullptr;
+  return node_test::StartPeerNode(dir, id, "HND", device);
 }
-
-std::int64_t PinnedBlocks(Node& node) {
-  std::int64_t pinned = 0;
-  for (const PoolStats& p : node.cache().manager().GetStats().pools) pinned += p.pinned_blocks;
-  return pinned;
-}
+using node_test::PinnedBlocks;
 
 std::int64_t FreeBlocks(Node& node) {
   std::int64_t free = 0;

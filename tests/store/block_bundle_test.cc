@@ -22,10 +22,12 @@
 namespace kvmesh {
 namespace {
 
+using store_test::FieldAt;
 using store_test::IdFor;
 using store_test::LayoutOf;
 using store_test::Reseal;
 using store_test::Shape;
+using store_test::ShapeName;
 using store_test::TestPool;
 
 std::vector<std::byte> EncodeBlock(const BundleCodec& codec, const TestPool& pool,
@@ -34,13 +36,6 @@ std::vector<std::byte> EncodeBlock(const BundleCodec& codec, const TestPool& poo
   const Status st = codec.Encode(pool.view(), block, id, out);
   EXPECT_TRUE(st.ok()) << st;
   return out;
-}
-
-template <typename T>
-T FieldAt(const std::vector<std::byte>& b, std::size_t off) {
-  T v;
-  std::memcpy(&v, b.data() + off, sizeof(T));
-  return v;
 }
 
 class BundleRoundTrip : public ::testing::TestWithParam<Shape> {};
@@ -224,8 +219,6 @@ TEST_P(BundleRoundTrip, DocumentedLayout) {
   }
   EXPECT_EQ(consumed, snapshot.size());
 }
-
-std::string ShapeName(const ::testing::TestParamInfo<Shape>& info) { return info.param.name; }
 
 INSTANTIATE_TEST_SUITE_P(AllShapes, BundleRoundTrip, ::testing::ValuesIn(store_test::AllShapes()),
                          ShapeName);

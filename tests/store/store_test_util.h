@@ -2,8 +2,11 @@
 // memory and fills blocks deterministically from a seed, content ids, and temporary directories.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -65,5 +68,18 @@ class TempDir {
 // Recomputes the checksum trailer of a bundle after a test edited it (XXH3-128 of every byte
 // before the trailer, canonical form), so that a structural check must catch the edit.
 void Reseal(std::vector<std::byte>& bundle);
+
+// The field of type T at byte `off` of an encoded buffer.
+template <typename T>
+T FieldAt(const std::vector<std::byte>& b, std::size_t off) {
+  T v;
+  std::memcpy(&v, b.data() + off, sizeof(T));
+  return v;
+}
+
+// A Shape's name as the parameter name of a test (INSTANTIATE_TEST_SUITE_P).
+inline std::string ShapeName(const ::testing::TestParamInfo<Shape>& info) {
+  return info.param.name;
+}
 
 }  // namespace kvmesh::store_test

@@ -1,0 +1,38 @@
+// In-process kvnodes for the peer tests (peer fetch, handoff): a Node started from PeerConfig, and
+// what its block manager says about pins.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "node/node.h"
+#include "node/node_config.h"
+#include "tests/node/peer_test_util.h"
+
+namespace kvmesh::node_test {
+
+// A Node with PeerConfig(dir, id, kv_layout, device); null (and a test failure) when it cannot
+// start.
+inline std::unique_ptr<Node> StartPeerNode(const std::filesystem::path& dir, const std::string& id,
+                                           const std::string& kv_layout = "HND",
+                                           const std::string& device = "cpu") {
+  Result<NodeConfig> config = ParseNodeConfig(PeerConfig(dir, id, kv_layout, device), "test");
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return nullptr;
+  Result<std::unique_ptr<Node>> node = Node::Start(*config);
+  EXPECT_TRUE(node.ok()) << node.status();
+  return node.ok() ? std::move(node).value() : nullptr;
+}
+
+// Pinned blocks of every pool of the node (0 once every transfer and sequence let go).
+inline std::int64_t PinnedBlocks(Node& node) {
+  std::int64_t pinned = 0;
+  for (const PoolStats& p : node.cache().manager().GetStats().pools) pinned += p.pinned_blocks;
+  return pinned;
+}
+
+}  // namespace kvmesh::node_test
