@@ -334,6 +334,15 @@ Result<rpc::HandoffResponse> NodeClient::HandOffTo(const std::string& to_node_id
                                                    std::span<const Token> tokens,
                                                    const SequenceOptions& options,
                                                    std::uint32_t deadline_ms) {
+  return HandOff(to_node_id, to_address, tokens, options, deadline_ms, std::nullopt);
+}
+
+Result<rpc::HandoffResponse> NodeClient::HandOff(const std::string& to_node_id,
+                                                 const std::string& to_address,
+                                                 std::span<const Token> tokens,
+                                                 const SequenceOptions& options,
+                                                 std::uint32_t deadline_ms,
+                                                 std::optional<std::uint64_t> stream_request) {
   rpc::Request req;
   rpc::HandOffToRequest* h = req.mutable_hand_off_to();
   h->set_to_node_id(to_node_id);
@@ -341,6 +350,10 @@ Result<rpc::HandoffResponse> NodeClient::HandOffTo(const std::string& to_node_id
   h->mutable_tokens()->Add(tokens.begin(), tokens.end());
   ToProto(options, h->mutable_options());
   h->set_deadline_ms(deadline_ms);
+  if (stream_request) {
+    h->set_stream(true);
+    h->set_request_id(*stream_request);
+  }
   KVMESH_ASSIGN_OR_RETURN(rpc::Response r, Call(std::move(req)));
   return std::move(*r.mutable_hand_off_to());
 }
@@ -348,17 +361,7 @@ Result<rpc::HandoffResponse> NodeClient::HandOffTo(const std::string& to_node_id
 Result<rpc::HandoffResponse> NodeClient::HandOffStream(
     std::uint64_t request_id, const std::string& to_node_id, const std::string& to_address,
     std::span<const Token> tokens, const SequenceOptions& options, std::uint32_t deadline_ms) {
-  rpc::Request req;
-  rpc::HandOffToRequest* h = req.mutable_hand_off_to();
-  h->set_to_node_id(to_node_id);
-  h->set_to_address(to_address);
-  h->mutable_tokens()->Add(tokens.begin(), tokens.end());
-  ToProto(options, h->mutable_options());
-  h->set_deadline_ms(deadline_ms);
-  h->set_stream(true);
-  h->set_request_id(request_id);
-  KVMESH_ASSIGN_OR_RETURN(rpc::Response r, Call(std::move(req)));
-  return std::move(*r.mutable_hand_off_to());
+  return HandOff(to_node_id, to_address, tokens, options, deadline_ms, request_id);
 }
 
 Result<rpc::HandoffResponse> NodeClient::HandOffLayers(std::uint64_t handoff_id,

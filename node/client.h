@@ -118,6 +118,11 @@ class NodeClient {
  private:
   NodeClient(int fd, NodeClientOptions options);
   Status Handshake();
+  // HandOffTo, or HandOffStream of `stream_request`: one HandOffToRequest.
+  Result<rpc::HandoffResponse> HandOff(const std::string& to_node_id, const std::string& to_address,
+                                       std::span<const Token> tokens,
+                                       const SequenceOptions& options, std::uint32_t deadline_ms,
+                                       std::optional<std::uint64_t> stream_request);
   void Disconnect();
   Status WaitReadable(std::chrono::steady_clock::time_point deadline);
   // ReadFrame with an explicit deadline; a timeout disconnects only when `disconnect_on_timeout`.

@@ -47,12 +47,8 @@ using node_test::PeerConfig;
 using node_test::Prompt;
 using node_test::RunOn;
 
-std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id,
-                                const std::string& kv_layout = "HND",
-                                const std::string& device = "cpu") {
-  return node_test::StartPeerNode(dir, id, kv_layout, device);
-}
 using node_test::PinnedBlocks;
+using node_test::StartPeerNode;
 
 std::int64_t PrivateBlocks(Node& node) {
   std::int64_t n = 0;
@@ -105,8 +101,8 @@ void ExpectStreamedLayerByLayer(const std::string& from, const std::string& to,
                                 const std::string& device_b = "cpu") {
   Observed seen;  // outlives the nodes, whose pullers call it
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", from, device_a);
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", to, device_b);
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a", from, device_a);
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b", to, device_b);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto requests = Prompt(9000, 8);
@@ -196,8 +192,8 @@ TEST(HandoffStreamTest, LayersStreamBetweenDevicePools) {
 // and keeps nothing pinned or reserved; its engine computes the prompt, checks passing.
 void ExpectStreamRefusesLies(const std::string& to, int corrupt_at, int foreign_at) {
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", "HND");
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", to);
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a", "HND");
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b", to);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto requests = Prompt(7000, 8);
@@ -265,8 +261,8 @@ TEST(HandoffStreamTest, ACorruptedRangeIsRefusedBeforeItsConversion) {
 TEST(HandoffStreamTest, AnEngineThatStopsAnnouncingLeavesNothingAtTheDeadline) {
   Observed seen;  // outlives the nodes, whose pullers call it
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b");
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a");
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b");
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto requests = Prompt(8000, 8);
@@ -316,7 +312,7 @@ TEST(HandoffStreamTest, AnEngineThatStopsAnnouncingLeavesNothingAtTheDeadline) {
 // go at the stream's deadline; its engine's next announcement learns that the stream failed.
 TEST(HandoffStreamTest, SourceBlocksAreUnpinnedAtTheDeadlineWhenTheDecodeNodeStops) {
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a");
   ASSERT_NE(a, nullptr);
   std::filesystem::create_directories(dir.path() / "b");
   auto b = KvnodeProcess::Start(dir.path() / "b", PeerConfig(dir.path() / "b", "node-b"));

@@ -50,12 +50,8 @@ using node_test::PeerConfig;
 using node_test::Prompt;
 using node_test::RunOn;
 
-std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id,
-                                const std::string& kv_layout = "HND",
-                                const std::string& device = "cpu") {
-  return node_test::StartPeerNode(dir, id, kv_layout, device);
-}
 using node_test::PinnedBlocks;
+using node_test::StartPeerNode;
 
 // Prefill on A in `from` order, decode on B in `to` order, their pools on device_a and device_b
 // (cpu, or emulated: device pools, staged out of A's pool and into B's).
@@ -63,8 +59,8 @@ void ExpectEveryBlockHandedOff(const std::string& from, const std::string& to,
                                const std::string& device_a = "cpu",
                                const std::string& device_b = "cpu") {
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", from, device_a);
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", to, device_b);
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a", from, device_a);
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b", to, device_b);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto requests = Prompt(1000, 8);
@@ -121,8 +117,8 @@ TEST(HandoffTest, NhdBlocksAreConvertedToHndOnReceipt) { ExpectEveryBlockHandedO
 
 TEST(HandoffTest, AdmitDoesNotFetchFromAPeerInTheOtherOrder) {
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", "HND");
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", "NHD");
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a", "HND");
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b", "NHD");
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto requests = Prompt(5000, 4);
@@ -140,8 +136,8 @@ TEST(HandoffTest, AdmitDoesNotFetchFromAPeerInTheOtherOrder) {
 
 TEST(HandoffTest, OnlyTheBlocksTheDecodeNodeLacksMove) {
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b");
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a");
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b");
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto requests = Prompt(2000, 8);
@@ -171,7 +167,7 @@ TEST(HandoffTest, OnlyTheBlocksTheDecodeNodeLacksMove) {
 
 TEST(HandoffTest, SourceBlocksAreUnpinnedWhenTheDecodeNodeDoesNotAnswer) {
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a");
   ASSERT_NE(a, nullptr);
   std::filesystem::create_directories(dir.path() / "b");
   auto b = KvnodeProcess::Start(dir.path() / "b", PeerConfig(dir.path() / "b", "node-b"));
@@ -217,8 +213,8 @@ TEST(HandoffTest, SourceBlocksAreUnpinnedWhenTheDecodeNodeDoesNotAnswer) {
 // so, and B's engine computes the prompt with every check passing.
 void ExpectConvertingHandoffRefusesLies(int corrupt_at, int foreign_at) {
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a", "HND");
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", "NHD");
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a", "HND");
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b", "NHD");
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto requests = Prompt(3000, 8);

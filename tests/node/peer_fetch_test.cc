@@ -43,11 +43,8 @@ using node_test::PeerConfig;
 using node_test::Prompt;
 using node_test::RunOn;
 
-std::unique_ptr<Node> StartNode(const std::filesystem::path& dir, const std::string& id,
-                                const std::string& device = "cpu") {
-  return node_test::StartPeerNode(dir, id, "HND", device);
-}
 using node_test::PinnedBlocks;
+using node_test::StartPeerNode;
 
 std::int64_t FreeBlocks(Node& node) {
   std::int64_t free = 0;
@@ -77,7 +74,7 @@ void ExpectPrefixFetched(const std::string& device_a, const std::string& device_
   ASSERT_EQ(on_a.check_failures, 0) << on_a.first_error;
   ASSERT_EQ(on_a.remote_hit_blocks, 0);
 
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b", device_b);
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b", "HND", device_b);
   ASSERT_NE(b, nullptr);
   b->peers()->Upsert({.node_id = "node-a", .control_address = (*a)->tcp_address()});
   const SyntheticWorkloadStats on_b = RunOn(b->unix_socket(), requests);
@@ -124,8 +121,8 @@ using node_test::PeerOnlyHandler;
 void ExpectLiesRefused(int corrupt_at, int foreign_at, std::int64_t expected_hits,
                        int missing_at = -1) {
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b");
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a");
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b");
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   const auto requests = Prompt(2000, 6);
@@ -204,7 +201,7 @@ TEST(PeerFetchTest, HolderKilledMidFetchIsAMissWithinTheDeadlineAndComesBack) {
   ASSERT_TRUE(a.ok()) << a.status();
   const auto requests = Prompt(3000, 8);
   ASSERT_EQ(RunOn((*a)->unix_socket(), requests).check_failures, 0);
-  std::unique_ptr<Node> b = StartNode(dir.path() / "b", "node-b");
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b");
   ASSERT_NE(b, nullptr);
   b->peers()->Upsert({.node_id = "node-a", .control_address = (*a)->tcp_address()});
 
@@ -254,7 +251,7 @@ TEST(PeerFetchTest, HolderKilledMidFetchIsAMissWithinTheDeadlineAndComesBack) {
 
 TEST(PeerFetchTest, OnlyPeerSessionsMaySayHello) {
   ScratchDir dir;
-  std::unique_ptr<Node> a = StartNode(dir.path() / "a", "node-a");
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a");
   ASSERT_NE(a, nullptr);
   const auto hello = [&](rpc::ClientRole role, const std::string& name, const std::string& claim) {
     NodeClientOptions o;
