@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include "common/log.h"
 #include "common/strings.h"
@@ -127,6 +128,67 @@ void HostTier::MakeEvictable(Shard& shard, std::int32_t slot) {
   KVMESH_CHECK(!shard.policy->Contains(e) && s.state == SlotState::kReady);
   shard.policy->OnRelease(e, ++shard.stamp, /*leaf=*/true);
   shard.policy->Insert(e, s.priority, shard.stamp);
+}
+
+void HostTier::PinSlot(Shard& shard, std::int32_t slot) {
+  Slot& s = shard.slots[slot];
+  if (++s.pins == 1 && !s.spilling) {
+    RemoveEvictable(shard, slot);
+    shard.policy->OnAcquire(static_cast<EvictionEntry>(slot));
+  }
+}
+
+void HostTier::UnpinSlot(Shard& shard, std::int32_t slot) {
+  Slot& s = shard.slots[slot];
+  if (--s.pins > 0) return;
+  if (s.spilling) {
+    shard.cv.notify_all();  // the spilling put waits for its last reader
+  } else if (s.erase_pending) {
+    FreeSlot(shard, slot);
+  } else {
+    MakeEvictable(shard, slot);  // most recently used
+  }
+}
+
+void HostTier::PinForRestore(TierPoolId pool, std::span<const ContentId> ids, RestorePins& pins) {
+  KVMESH_CHECK(pins.tier_ == nullptr || pins.tier_ == this);
+  Result<Shard*> found = FindShard(pool, kTierDefaultPriority);
+  if (!found.ok() || ids.empty()) return;
+  Shard& shard = **found;
+  pins.tier_ = this;
+  MutexLock lock(&shard.mu);
+  for (const ContentId& id : ids) {
+    auto it = shard.index.find(id);
+    if (it == shard.index.end()) continue;
+    const Slot& s = shard.slots[it->second];
+    // A spilling victim is on its way to the tier below (and its put waits for its readers).
+    if (s.state != SlotState::kReady || s.spilling) continue;
+    PinSlot(shard, it->second);
+    pins.slots_.emplace_back(&shard, it->second);
+  }
+}
+
+HostTier::RestorePins::RestorePins(RestorePins&& other) noexcept
+    : tier_(std::exchange(other.tier_, nullptr)), slots_(std::move(other.slots_)) {
+  other.slots_.clear();
+}
+
+HostTier::RestorePins& HostTier::RestorePins::operator=(RestorePins&& other) noexcept {
+  if (this != &other) {
+    Release();
+    tier_ = std::exchange(other.tier_, nullptr);
+    slots_ = std::move(other.slots_);
+    other.slots_.clear();
+  }
+  return *this;
+}
+
+void HostTier::RestorePins::Release() {
+  for (const auto& [shard, slot] : slots_) {
+    MutexLock lock(&shard->mu);
+    tier_->UnpinSlot(*shard, slot);
+  }
+  slots_.clear();
 }
 
 void HostTier::RemoveEvictable(Shard& shard, std::int32_t slot) {
@@ -379,11 +441,7 @@ Status HostTier::Read(TierPoolId pool, const ContentId& id, const KvPoolView& ds
       return Status::NotFound(StrCat("host tier pool ", pool.value, ": no block ", id.ToHex()));
     }
     slot = it->second;
-    Slot& s = shard->slots[slot];
-    if (++s.pins == 1 && !s.spilling) {
-      RemoveEvictable(*shard, slot);
-      shard->policy->OnAcquire(static_cast<EvictionEntry>(slot));
-    }
+    PinSlot(*shard, slot);
   }
   // Pinned: the slot is neither evicted nor reused while it is verified and copied out.
   const auto t1 = SteadyClock::now();
@@ -396,18 +454,14 @@ Status HostTier::Read(TierPoolId pool, const ContentId& id, const KvPoolView& ds
   {
     MutexLock lock(&shard->mu);
     Slot& s = shard->slots[slot];
-    --s.pins;
     if (!st.ok() && !s.erase_pending && !s.victim_erased) {
+      --s.pins;
       EraseSlot(*shard, slot);  // frees it now if no other reader holds it
       erased_now = true;
-    } else if (s.pins == 0 && !s.spilling) {
-      if (s.erase_pending) {
-        FreeSlot(*shard, slot);
-      } else {
-        MakeEvictable(*shard, slot);  // most recently used
-      }
+      if (s.spilling && s.pins == 0) shard->cv.notify_all();  // the spilling put waits for this
+    } else {
+      UnpinSlot(*shard, slot);
     }
-    if (s.spilling && s.pins == 0) shard->cv.notify_all();  // the spilling put waits for this
   }
   counters_.index_ns.fetch_add(Nanos(t0, t1) + Nanos(t2, SteadyClock::now()),
                                std::memory_order_relaxed);

@@ -15,8 +15,8 @@
 // slot is reused, and stays in the index — found by Contains, readable by Get — until the sink has
 // returned: a sink that makes the block findable elsewhere before returning (staging, the tier
 // below) leaves no moment in which the block is in no tier. A sink failure is counted
-// (spill_failures) and the block is dropped — a tier is a cache. Blocks being written or read are
-// never victims.
+// (spill_failures) and the block is dropped — a tier is a cache. Blocks being written or read, and
+// blocks pinned for a restore (PinForRestore), are never victims.
 //
 // Slot states (one shard's mutex guards every transition):
 //
@@ -85,6 +85,8 @@ struct HostTierOptions {
 };
 
 class HostTier final : public BlockTier {
+  struct Shard;  // per pool (below)
+
  public:
   // kInvalidArgument: no pools, a duplicate pool id, shares that are negative or sum above 1, a
   // pool whose layout the bundle codec rejects, a pool part too small for one slot.
@@ -114,6 +116,33 @@ class HostTier final : public BlockTier {
   Status Erase(TierPoolId pool, const ContentId& id) override;
   std::vector<ContentId> ReadyIds(TierPoolId pool) override;
   TierStats stats() const override;
+
+  // Blocks pinned for a restore (PinForRestore); unpinned when destroyed or released. Movable; must
+  // not outlive the tier.
+  class RestorePins {
+   public:
+    RestorePins() = default;
+    RestorePins(RestorePins&& other) noexcept;
+    RestorePins& operator=(RestorePins&& other) noexcept;
+    RestorePins(const RestorePins&) = delete;
+    RestorePins& operator=(const RestorePins&) = delete;
+    ~RestorePins() { Release(); }
+
+    [[nodiscard]] std::int64_t count() const { return static_cast<std::int64_t>(slots_.size()); }
+    void Release();
+
+   private:
+    friend class HostTier;
+    HostTier* tier_ = nullptr;
+    std::vector<std::pair<Shard*, std::int32_t>> slots_;
+  };
+  // Pins the ready blocks of `pool` among `ids` for a restore about to read them (Get,
+  // GetForRestore): no put takes them as its victim until `pins` lets go, so the evictions the
+  // restore itself causes (the pool blocks it frees go into this tier) cannot push them out first.
+  // Ids not held, still being written or already spilling are skipped. A pin counts as one use of
+  // the block (a get of a pinned block adds none); unpinned, it is the most recently used. Adds to
+  // `pins`, which must be empty or from this tier.
+  void PinForRestore(TierPoolId pool, std::span<const ContentId> ids, RestorePins& pins);
 
   // Whether the memory is CUDA pinned memory.
   bool pinned() const { return memory_.pinned(); }
@@ -182,6 +211,10 @@ class HostTier final : public BlockTier {
   // Puts the reserved slot back to free (a failed write).
   void Abandon(Shard& shard, std::int32_t slot);
   void MakeEvictable(Shard& shard, std::int32_t slot) KVMESH_REQUIRES(shard.mu);
+  // A reader's pin of a ready slot (a use of its block), and its end: the slot becomes evictable
+  // again (or is freed, if erased meanwhile) with its last pin.
+  void PinSlot(Shard& shard, std::int32_t slot) KVMESH_REQUIRES(shard.mu);
+  void UnpinSlot(Shard& shard, std::int32_t slot) KVMESH_REQUIRES(shard.mu);
   void RemoveEvictable(Shard& shard, std::int32_t slot) KVMESH_REQUIRES(shard.mu);
   void FreeSlot(Shard& shard, std::int32_t slot) KVMESH_REQUIRES(shard.mu);
   // Drops the slot from the index; frees it now or when its last user is done.

@@ -384,6 +384,13 @@ std::int64_t OffloadEngine::CountHeld(std::span<const ContentId> ids) {
   counters_->lookup_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
   return n;
 }
+HostTier::RestorePins OffloadEngine::PinHostCopies(std::span<const ContentId> ids) {
+  HostTier::RestorePins pins;
+  if (host_ == nullptr) return pins;
+  for (int p = 0; p < num_pools(); ++p) host_->PinForRestore(TierPoolId{p}, ids, pins);
+  return pins;
+}
+
 OffloadStats OffloadEngine::stats() const {
   OffloadStats s;
   const Counters& c = *counters_;

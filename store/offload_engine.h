@@ -215,6 +215,11 @@ class OffloadEngine final : public EvictionListener {
   // ---- onboard
   // How many of `ids`, from the first on, have every pool's block in some tier (not verified).
   std::int64_t CountHeld(std::span<const ContentId> ids);
+  // Pins the host tier's copies of `ids` (every pool's; HostTier::PinForRestore) until the result
+  // is released: a restore that will read them makes room in the pool first, and the blocks it
+  // evicts go into the host tier, where they must not push out the copies it came to read. Empty
+  // without a host tier.
+  HostTier::RestorePins PinHostCopies(std::span<const ContentId> ids);
   // Copies block ids[i] of every pool into blocks[i * num_pools() + p] of pool p, verifying,
   // in order of ids; stops at the first block not restored. Copies run on the workers; returns
   // when they are done. REQUIRES: the destination blocks are the caller's (pinned, hidden) and

@@ -114,6 +114,9 @@ Result<AddSequenceResult> TieredCache::AddSequence(RequestId request, std::span<
   PinnedBlocks restored_pins;  // keeps the restored chain until the sequence pins it
   const std::int64_t held = engine_->CountHeld(candidates);
   if (held > 0) {
+    // Pinned before ReserveRestore evicts pool blocks into the host tier, until they are read.
+    HostTier::RestorePins host_pins =
+        engine_->PinHostCopies(candidates.first(static_cast<std::size_t>(held)));
     Result<RestoreReservation> reserved = manager_->ReserveRestore(prompt, options, plan, held);
     if (reserved.ok() && !reserved->empty()) {
       const std::int64_t n = reserved->count();
@@ -123,6 +126,7 @@ Result<AddSequenceResult> TieredCache::AddSequence(RequestId request, std::span<
       }
       const OnboardResult onboard =
           engine_->Onboard(candidates.first(static_cast<std::size_t>(n)), blocks);
+      host_pins.Release();
       Result<PublishedRestore> published =
           manager_->PublishRestore(std::move(*reserved), onboard.restored, /*keep_pinned=*/true);
       if (published.ok()) {
@@ -162,6 +166,9 @@ Result<std::int64_t> TieredCache::Prefetch(std::span<const Token> prompt,
   }
   const std::int64_t held = engine_->CountHeld(candidates);
   if (held == 0) return 0;
+  // As in AddSequence; held until the copies are done.
+  auto host_pins = std::make_shared<HostTier::RestorePins>(
+      engine_->PinHostCopies(candidates.first(static_cast<std::size_t>(held))));
   Result<RestoreReservation> reserved = manager_->ReserveRestore(prompt, options, plan, held);
   if (!reserved.ok()) {
     if (reserved.status().code() == StatusCode::kFailedPrecondition) return 0;
@@ -206,9 +213,11 @@ Result<std::int64_t> TieredCache::Prefetch(std::span<const Token> prompt,
   };
   // The copies run on the engine's workers; publishing takes the manager's lock, which a worker
   // must not, so it goes to the publisher thread.
-  engine_->OnboardAsync(std::move(ids), std::move(blocks), [this, finish](OnboardResult r) {
-    publisher_->Submit([finish, r = std::move(r)] { finish(r); });
-  });
+  engine_->OnboardAsync(std::move(ids), std::move(blocks),
+                        [this, finish, host_pins](OnboardResult r) {
+                          host_pins->Release();
+                          publisher_->Submit([finish, r = std::move(r)] { finish(r); });
+                        });
   return n;
 }
 

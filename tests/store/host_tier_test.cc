@@ -201,6 +201,49 @@ TEST(HostTier, BlocksBeingWrittenAreNeverVictims) {
   EXPECT_FALSE(tier->Contains(kPool, IdFor(2)));
 }
 
+TEST(HostTier, BlocksPinnedForARestoreAreNeverVictims) {
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  auto tier = MakeTier(Small(), 2);
+  TestPool src(layout, 5, 1.0f), dst(layout, 1, 1.0f);
+  for (int b = 0; b < 5; ++b) src.Fill(b, b + 1);
+  ASSERT_TRUE(tier->Put(kPool, IdFor(0), src.view(), 0, 35).ok());
+  ASSERT_TRUE(tier->Put(kPool, IdFor(1), src.view(), 1, 35).ok());
+  HostTier::RestorePins pins;
+  const ContentId wanted[] = {IdFor(0), IdFor(7)};  // 7 is not held: skipped
+  tier->PinForRestore(kPool, wanted, pins);
+  EXPECT_EQ(pins.count(), 1);
+  // 0 is the least recently used, but pinned: 1 goes.
+  ASSERT_TRUE(tier->Put(kPool, IdFor(2), src.view(), 2, 35).ok());
+  EXPECT_TRUE(tier->Contains(kPool, IdFor(0)));
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(1)));
+  // A get of a pinned block works.
+  ASSERT_TRUE(tier->Get(kPool, IdFor(0), dst.view(), 0).ok());
+  EXPECT_EQ(dst.Snapshot(0), src.Expected(1));
+  // Moved, then released: 0 is now more recently used than 2, which the next put evicts.
+  HostTier::RestorePins moved = std::move(pins);
+  EXPECT_EQ(pins.count(), 0);  // NOLINT(bugprone-use-after-move): a moved-from handle is empty
+  EXPECT_EQ(moved.count(), 1);
+  moved.Release();
+  EXPECT_EQ(moved.count(), 0);
+  ASSERT_TRUE(tier->Put(kPool, IdFor(3), src.view(), 3, 35).ok());
+  EXPECT_TRUE(tier->Contains(kPool, IdFor(0)));
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(2)));
+  // Every slot pinned: a put finds no victim.
+  const ContentId both[] = {IdFor(0), IdFor(3)};
+  tier->PinForRestore(kPool, both, pins);
+  EXPECT_EQ(pins.count(), 2);
+  EXPECT_TRUE(tier->Put(kPool, IdFor(4), src.view(), 4, 35).IsResourceExhausted());
+  // Erased while pinned: gone at once, its slot free with the last pin (the put evicts nothing).
+  ASSERT_TRUE(tier->Erase(kPool, IdFor(3)).ok());
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(3)));
+  pins.Release();
+  const std::int64_t evictions = tier->stats().evictions;
+  ASSERT_TRUE(tier->Put(kPool, IdFor(4), src.view(), 4, 35).ok());
+  EXPECT_EQ(tier->stats().evictions, evictions);
+  EXPECT_TRUE(tier->Contains(kPool, IdFor(0)));
+  EXPECT_TRUE(tier->Contains(kPool, IdFor(4)));
+}
+
 TEST(HostTier, VictimsSpillIntoRocksDbTier) {
   TempDir dir;
   const KvPoolLayout layout = LayoutOf(Small().geometry);

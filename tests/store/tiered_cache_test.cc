@@ -184,6 +184,29 @@ TEST(TieredCacheTest, PrefetchRestoresBeforeAdmission) {
   ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{4}).ok());
 }
 
+// An admission that restores a block from the host tier evicts pool blocks into that tier first
+// (ReserveRestore); the block it is about to read must not be their victim, even as the least
+// recently used one: it stays pinned from the plan to the read.
+TEST(TieredCacheTest, AHostHitIsNotSpilledByTheEvictionsOfItsOwnAdmission) {
+  RigOptions o = Small(2, 2);
+  o.copy_threads = 0;  // synchronous: an exact order
+  Rig rig(o);
+  for (int d = 0; d < 4; ++d) rig.Run(d + 1, Doc(kT, d), WholeBlocks());
+  // Pool: 2, 3. Host: 0, 1 (0 the least recently used). No disk: a victim of the host is gone.
+  auto host_of = [&](int d) {
+    return rig.engine().host()->Contains(kPool, rig.Ids(Doc(kT, d), WholeBlocks())[0]);
+  };
+  ASSERT_TRUE(host_of(0) && host_of(1) && !host_of(2));
+  // Doc 0's block needs a pool block: doc 2 is evicted into the full host tier.
+  const AddSequenceResult r = rig.Run(10, Doc(kT, 0), WholeBlocks());
+  EXPECT_EQ(r.reused_blocks, 1);
+  EXPECT_EQ(rig.cache().stats().host_hit_blocks, 1);
+  EXPECT_TRUE(host_of(0));
+  EXPECT_TRUE(host_of(2));
+  EXPECT_FALSE(host_of(1));  // the victim instead
+  EXPECT_TRUE(rig.manager().CheckInvariants().ok());
+}
+
 TEST(TieredCacheTest, CapacityLimitsOfBothTiers) {
   TempDir dir;
   RigOptions o = Small(2, 2);
