@@ -53,7 +53,7 @@ TEST(KvnodeGpuTest, SyntheticEngineChecksPassAndBlocksGoThroughTheTiersAndBack) 
   ScratchDir dir;
   // A pool of 2,048 tokens (128 blocks of 16): the workload does not fit, so blocks are evicted
   // (through pinned staging into the host tier, spilling on to RocksDB) and restored.
-  const std::string config = GpuConfig(dir.path(), "cuda:0", 1, 2048, "2MiB", "64MiB");
+  const std::string config = GpuConfig(dir.path(), "cuda:0", 1, 2048, "2MiB", "256MiB");
   {
     auto node = KvnodeProcess::Start(dir.path(), config);
     ASSERT_TRUE(node.ok()) << node.status();
