@@ -11,8 +11,8 @@
 // The puller, until every layer of every reserved block verified, the deadline, a cancel or an
 // error: waits for an announcement beyond what it holds; pulls exactly the new range of each pool
 // (LayerRangeFetcher: verified before it is used, converted HND <-> NHD when the sender's order is
-// the other one) — layer 0 alone first, then everything announced since the last pull; device
-// pools (whole blocks only) wait for the last layer and pull [0, layers).
+// the other one) — layer 0 alone first, then everything announced since the last pull (device
+// pools too: each range goes through a staging block into the same layers of the device block).
 // Then: all verified → PublishRestore (the blocks enter the tree); anything else → the
 // reservation is freed unpublished. Either way it answers the sender (HandoffStreamAnswer on its
 // own link: wanted, had, moved, held, and why nothing moved) — best effort: the sender's pins go

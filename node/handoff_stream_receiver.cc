@@ -222,7 +222,6 @@ Status StreamReceiver::Announce(const std::string& from, const rpc::HandoffStrea
 }
 
 Status StreamReceiver::Pull(Stream& s) {
-  const bool whole = cache_->engine().device_pools();  // WriteBlock takes whole blocks
   LayerRangeFetchOptions o;
   o.sessions = sessions_;
   o.engine = &cache_->engine();
@@ -240,12 +239,9 @@ Status StreamReceiver::Pull(Stream& s) {
       MutexLock lock(&mu_);
       const auto ready = [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
         if (stop_ || s.cancelled) return true;
-        bool all = true, some = false;
-        for (std::size_t p = 0; p < pools; ++p) {
-          all = all && s.announced[p] == layers_[p];
-          some = some || s.announced[p] > s.received[p];
-        }
-        return whole ? all : some;
+        bool some = false;
+        for (std::size_t p = 0; p < pools; ++p) some = some || s.announced[p] > s.received[p];
+        return some;
       };
       const auto left = s.deadline - Steady::now();
       if (!AwaitConditionFor(cv_, mu_, std::max(left, Steady::duration::zero()), ready)) {
@@ -256,7 +252,7 @@ Status StreamReceiver::Pull(Stream& s) {
         ranges[p] = {s.received[p], s.announced[p]};
         // Layer 0 alone first, however much was announced: the first decodable layer as early
         // as it can be; later ranges take all that was announced (one pull for many layers).
-        if (!whole && s.received[p] == 0) ranges[p].end = std::min(ranges[p].end, 1);
+        if (s.received[p] == 0) ranges[p].end = std::min(ranges[p].end, 1);
       }
     }
     KVMESH_ASSIGN_OR_RETURN(std::shared_ptr<PeerLink> link, sessions_->Link(s.from));

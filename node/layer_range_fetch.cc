@@ -38,10 +38,6 @@ Status LayerRangeFetcher::Fetch(PeerLink& link, std::uint64_t handoff_id,
   for (std::size_t p = 0; p < pools; ++p) {
     if (ranges[p].empty()) continue;
     KVMESH_RETURN_IF_ERROR(options_.theirs[p].CheckRange(ranges[p]));
-    if (options_.engine->device_pools() &&
-        ranges[p] != LayerSpan{0, options_.theirs[p].num_layers()}) {
-      return Status::Internal("layer range fetch: device pools take whole blocks only");
-    }
     whole[p] = options_.theirs[p].Bytes(ranges[p]);
     any = true;
   }
@@ -216,8 +212,11 @@ Status LayerRangeFetcher::DecodeRange(const LayerRangeTarget& target, std::int64
     return cpu::BlockCopy(a, nullptr);
   };
   if (options_.engine->device_pools()) {
-    // A whole block (Fetch checked the range), through a staging block to the device.
-    KVMESH_RETURN_IF_ERROR(options_.engine->WriteBlock(static_cast<int>(pool), block, copy));
+    // The range's layers through a staging block to the device (the block's other layers are
+    // not written: earlier ranges are there already, later ones come).
+    KVMESH_RETURN_IF_ERROR(options_.engine->WriteBlock(
+        static_cast<int>(pool), block, copy,
+        [&](const KvPoolView& v, std::int64_t b) { return ours.BlockView(v, b, range); }));
   } else {
     KVMESH_RETURN_IF_ERROR(copy(options_.views[pool], block));
   }

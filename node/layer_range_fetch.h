@@ -17,8 +17,8 @@
 //      VerifyInPlace (the header completely: content id, fingerprint, layers; the checksum over the
 //      header, the block's layers and zero padding); otherwise Verify in the slot, then one copy —
 //      converting HND <-> NHD when the sender's order is the other one (kernels/block_copy.h) —
-//      into the reserved block's layers. Device pools take only whole blocks (OffloadEngine::
-//      WriteBlock writes a block whole): their ranges must be [0, layers).
+//      into the reserved block's layers (device pools: into those layers of a staging block,
+//      then only they to the device, OffloadEngine::WriteBlock with a part).
 // The first block that fails ends the fetch with its error: a range that fails verification,
 // whatever UCX wrote, is in a reserved block nobody sees; the caller frees the reservation
 // unpublished. A failed or slow transfer cancels the grant and waits until UCX no longer writes

@@ -77,6 +77,46 @@ Status DeviceStaging::Lease::ToDevice(int pool, std::span<const BlockCopyPair> p
   return staging_->Copy(pool, args);
 }
 
+namespace {
+
+// Whether every present component of `cut` (a one-block view) lies inside block `block` of `full`.
+bool InsideBlock(const KvPoolView& cut, const KvPoolView& full, std::int64_t block) {
+  for (int c = 0; c < kNumKvComponents; ++c) {
+    const PagedTensorLayout& t = cut.layout.components[c];
+    if (!t.present()) continue;
+    const PagedTensorLayout& f = full.layout.components[c];
+    if (!f.present() || cut.base[c] == nullptr || full.base[c] == nullptr) return false;
+    const auto* lo = static_cast<const std::byte*>(full.base[c]) + block * f.BytesPerBlock();
+    const auto* at = static_cast<const std::byte*>(cut.base[c]);
+    if (at < lo || at + t.BytesPerBlock() > lo + f.BytesPerBlock()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status DeviceStaging::Lease::ToDevicePart(int pool, std::int64_t staging_block, std::int64_t block,
+                                          const PartOf& part) {
+  const KvPoolView& area = view(pool);  // checks the lease and the pool
+  const KvPoolView& device = staging_->pools_[static_cast<std::size_t>(pool)];
+  if (staging_block < 0 || staging_block >= area.num_blocks || block < 0 ||
+      block >= device.num_blocks) {
+    return Status::InvalidArgument(StrCat("device staging: part of staging block ", staging_block,
+                                          " to block ", block, " of pool ", pool));
+  }
+  BlockCopyArgs args;
+  args.src = part(area, staging_block);
+  args.dst = part(device, block);
+  if (!InsideBlock(args.src, area, staging_block) || !InsideBlock(args.dst, device, block)) {
+    return Status::InvalidArgument(
+        StrCat("device staging: a part that is not inside its block (pool ", pool, ")"));
+  }
+  const BlockCopyPair pair{0, 0};
+  args.pairs = &pair;
+  args.num_pairs = 1;
+  return staging_->Copy(pool, args);
+}
+
 // ---- DeviceStaging
 
 Result<std::unique_ptr<DeviceStaging>> DeviceStaging::Create(std::vector<KvPoolView> pools,

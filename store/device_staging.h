@@ -21,7 +21,8 @@
 //   ToHost     — returns when the bytes are in the staging blocks: from then the pool (source)
 //                blocks may be reused or rewritten, and the staging blocks read by the host.
 //   ToDevice   — returns when the pool (destination) blocks hold the bytes: from then they may be
-//                published, and the staging (source) blocks reused.
+//                published, and the staging (source) blocks reused. ToDevicePart likewise, for the
+//                part it copies (the rest of the pool block is not written).
 //   CopyBlocks — returns when the destination blocks are written.
 // On an error (kInvalidArgument before anything was enqueued; kCudaError from the launch or the
 // wait) nothing is still in flight when the call returns — a failed launch is waited for too — and
@@ -63,6 +64,10 @@ struct DevicePoolsOptions {
 
 class DeviceStaging {
  public:
+  // Cuts a part out of block b of view v as a one-block view (its own layout, e.g. some layers of
+  // every component; pointer arithmetic only, nothing read): LayerRangeCodec::BlockView.
+  using PartOf = std::function<KvPoolView(const KvPoolView& v, std::int64_t b)>;
+
   // A claim on one staging area (move-only; released on destruction).
   class Lease {
    public:
@@ -82,6 +87,11 @@ class DeviceStaging {
     [[nodiscard]] Status ToHost(int pool, std::span<const BlockCopyPair> pairs);
     // Staging block pairs[i].src_block → pool block pairs[i].dst_block, waited.
     [[nodiscard]] Status ToDevice(int pool, std::span<const BlockCopyPair> pairs);
+    // A part of staging block `staging_block` → the same part of pool block `block`, waited:
+    // part(v, b) cuts the part out of block b of view v (see PartOf). kInvalidArgument: a block
+    // out of range, or a cut that does not lie inside its block.
+    [[nodiscard]] Status ToDevicePart(int pool, std::int64_t staging_block, std::int64_t block,
+                                      const PartOf& part);
 
    private:
     friend class DeviceStaging;

@@ -213,9 +213,9 @@ Result<HostBlock> OffloadEngine::ReadBlock(int pool, std::int64_t block) {
   return HostBlock(staged, 0, std::move(lease));
 }
 
-Status OffloadEngine::WriteBlock(
-    int pool, std::int64_t block,
-    const std::function<Status(const KvPoolView&, std::int64_t)>& fill) {
+Status OffloadEngine::WriteBlock(int pool, std::int64_t block,
+                                 const std::function<Status(const KvPoolView&, std::int64_t)>& fill,
+                                 const DeviceStaging::PartOf& part) {
   if (pool < 0 || pool >= num_pools()) {
     return Status::InvalidArgument(StrCat("write block: pool ", pool, " of ", num_pools()));
   }
@@ -227,6 +227,7 @@ Status OffloadEngine::WriteBlock(
   if (!staging_) return fill(view, block);  // the pool itself
   DeviceStaging::Lease lease = staging_->Acquire();
   KVMESH_RETURN_IF_ERROR(fill(lease.view(pool), 0));
+  if (part) return lease.ToDevicePart(pool, 0, block, part);
   const BlockCopyPair pair{0, block};
   return lease.ToDevice(pool, std::span(&pair, 1));
 }

@@ -67,8 +67,8 @@
 //     are not published either. A range longer than a staging area is done in chunks of
 //     capacity() blocks. A failed device copy fails its blocks (onboard_failed; not published).
 //   - ReadBlock: a host-readable copy of one pool block (flush, kvctl inspect, a peer's fetch).
-//   - WriteBlock: one pool block written by host code (a block from a peer, verified, possibly
-//     converted) into a staging block, then copied to the device.
+//   - WriteBlock: one pool block, or a part of one (a layer range), written by host code (a block
+//     from a peer, verified, possibly converted) into a staging block, then copied to the device.
 //   - CopyPoolBlocks: the copy-on-partial-reuse copy (TieredCache passes it to the block manager
 //     as BlockManagerEnv::block_copy), on the pool's device.
 // The ticket and reservation contracts are unchanged; the staging adds copies, not states.
@@ -244,9 +244,14 @@ class OffloadEngine final : public EvictionListener {
   // pool block once fill returned OK (waited for). An error of fill (a bundle that fails its
   // check) is returned and nothing reaches the device. REQUIRES: the block is the caller's (a
   // reserved, hidden block); the same rules as ReadBlock while fill runs.
+  // `part` (optional): fill writes only the part of the block that part(view, b) cuts out of block
+  // b of a view (a one-block view, pointer arithmetic only: LayerRangeCodec::BlockView, a layer
+  // range), and only that part goes to the device, the rest of the pool block untouched. A cut
+  // outside its block is kInvalidArgument.
   [[nodiscard]] Status WriteBlock(
       int pool, std::int64_t block,
-      const std::function<Status(const KvPoolView&, std::int64_t)>& fill);
+      const std::function<Status(const KvPoolView&, std::int64_t)>& fill,
+      const DeviceStaging::PartOf& part = nullptr);
   // A copy between blocks of one pool's memory, returning when the destination is written:
   // cpu::BlockCopy for host pools, the pool's device backend for device pools. TieredCache hands it
   // to the block manager as its copy-on-partial-reuse copy (BlockManagerEnv::block_copy).

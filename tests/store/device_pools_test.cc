@@ -13,6 +13,7 @@
 
 #include "common/strings.h"
 #include "store/emulated_device.h"
+#include "store/layer_range_codec.h"
 #include "store/offload_engine.h"
 #include "store/synthetic_block.h"
 #include "tests/store/device_rig.h"
@@ -272,6 +273,50 @@ TEST(DevicePoolsTest, CopyPoolBlocksRunsOnThePoolsDevice) {
   store_test::TestPool other(SmallLayout(), 4, 1.0f);
   args.src = args.dst = other.view();
   EXPECT_EQ(rig.engine->CopyPoolBlocks(args).code(), StatusCode::kInvalidArgument);
+}
+
+// WriteBlock with a part (a layer range, as a streamed handoff writes it): fill writes that part of
+// a staging block and only it reaches the device block; the block's other layers keep their bytes.
+// A cut outside its block is refused and writes nothing.
+TEST(DevicePoolsTest, WriteBlockWithAPartWritesOnlyThoseLayers) {
+  EngineRig rig(EngineRig::Options{});
+  const KvPoolLayout layout = SmallLayout();
+  auto codec = LayerRangeCodec::Create(layout, 1.0f);
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  ASSERT_GE(codec->num_layers(), 2);
+  const LayerSpan range{1, codec->num_layers()};
+  const ContentId a = IdFor(4);
+  FillSyntheticBlock(rig.pool.alias, 3, a);
+  // The expected block: the same content in host memory, the part overwritten there.
+  store_test::TestPool expect(layout, 4, 1.0f);
+  FillSyntheticBlock(expect.view(), 3, a);
+  const auto fill = [&](const KvPoolView& v, std::int64_t b) {
+    const KvPoolView part = codec->BlockView(v, b, range);
+    for (int c = 0; c < kNumKvComponents; ++c) {
+      const PagedTensorLayout& t = part.layout.components[c];
+      if (t.present()) std::memset(part.base[c], 0xA5, static_cast<std::size_t>(t.BytesPerBlock()));
+    }
+    return Status::Ok();
+  };
+  const auto part_of = [&](const KvPoolView& v, std::int64_t b) {
+    return codec->BlockView(v, b, range);
+  };
+  ASSERT_TRUE(fill(expect.view(), 3).ok());
+  const std::int64_t to_device = rig.device.stats().to_device_pairs;
+  ASSERT_TRUE(rig.engine->WriteBlock(0, 3, fill, part_of).ok());
+  EXPECT_EQ(rig.device.stats().to_device_pairs, to_device + 1);
+  const std::vector<std::byte> want = expect.Snapshot(3);
+  const std::vector<std::uint8_t> got = rig.Bytes(3);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size()), 0);
+  EXPECT_FALSE(SyntheticBlockMatches(rig.pool.alias, 3, a));  // the part did change
+  // A cut of the next block: refused, the device block untouched.
+  const std::vector<std::uint8_t> before = rig.Bytes(4);
+  const auto outside = [&](const KvPoolView& v, std::int64_t b) {
+    return codec->BlockView(v, b + 1, range);
+  };
+  EXPECT_EQ(rig.engine->WriteBlock(0, 3, fill, outside).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(rig.Bytes(4), before);
 }
 
 TEST(DevicePoolsTest, CorruptTierCopyIsNeverCopiedToTheDevice) {
