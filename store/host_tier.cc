@@ -184,9 +184,13 @@ HostTier::RestorePins& HostTier::RestorePins::operator=(RestorePins&& other) noe
 }
 
 void HostTier::RestorePins::Release() {
-  for (const auto& [shard, slot] : slots_) {
+  // One lock per pool: PinForRestore appends each pool's slots together.
+  for (std::size_t i = 0; i < slots_.size();) {
+    Shard* shard = slots_[i].first;
     MutexLock lock(&shard->mu);
-    tier_->UnpinSlot(*shard, slot);
+    for (; i < slots_.size() && slots_[i].first == shard; ++i) {
+      tier_->UnpinSlot(*shard, slots_[i].second);
+    }
   }
   slots_.clear();
 }
