@@ -320,9 +320,10 @@ void BlockCache::EvictWindowVictim(int p) {
 
 NodeRef BlockCache::Store(NodeRef parent, std::span<const Token> tokens,
                           std::span<const BlockMmRef> mm, std::uint64_t key_hash,
-                          std::span<const BlockId> blocks, int priority, std::int64_t expiry_ns) {
+                          std::span<const BlockId> blocks, int priority, std::int64_t expiry_ns,
+                          const ContentId* content_id) {
   KVMESH_CHECK(static_cast<int>(blocks.size()) == num_pools());
-  const NodeRef n = tree_.AddChild(parent, tokens, mm, key_hash);
+  const NodeRef n = tree_.AddChild(parent, tokens, mm, key_hash, content_id);
   TreeNode& node = tree_.node(n);
   const std::uint64_t fingerprint = Fingerprint(n);
   if (has_full_pools_) tree_policy_->OnAdmit(n, fingerprint, node.depth);

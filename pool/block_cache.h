@@ -156,10 +156,10 @@ class BlockCache {
   // Caches the caller's private blocks (one per pool, kNoBlock where none) as a new child of
   // `parent`. The caller's pins stay. Emits one stored event per block.
   // REQUIRES: no such child; at least one block; each given block private with pins >= 1.
-  // key_hash: tree().KeyHash(parent, tokens, mm).
+  // key_hash: tree().KeyHash(parent, tokens, mm). content_id: as PrefixTree::AddChild's.
   NodeRef Store(NodeRef parent, std::span<const Token> tokens, std::span<const BlockMmRef> mm,
                 std::uint64_t key_hash, std::span<const BlockId> blocks, int priority,
-                std::int64_t expiry_ns);
+                std::int64_t expiry_ns, const ContentId* content_id = nullptr);
   // A non-root leaf without pins and with a block in every pool.
   [[nodiscard]] bool CanClaim(NodeRef n) const;
   // Takes the node out of the tree; its blocks become private to the caller with one pin each

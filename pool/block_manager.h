@@ -264,6 +264,13 @@ class BlockManager final : private BlockPinOwner {
   Result<std::int64_t> StoreFullBlocks(RequestId request,
                                        std::optional<std::int64_t> num_computed_tokens = {})
       KVMESH_EXCLUDES(mu_);
+  // The content ids of the request's full blocks that are not stored yet, in order (from the
+  // first block after its reused prefix): what StoreFullBlocks will store them under. They
+  // are computed once and kept, so that StoreFullBlocks does not compute them again. For a caller
+  // that needs them before the blocks are computed (the tiers, which look these ids up). `out` is
+  // cleared first. kFailedPrecondition when the request's blocks can no longer be stored (a
+  // stored block before them was evicted).
+  Status PendingContentIds(RequestId request, std::vector<ContentId>* out) KVMESH_EXCLUDES(mu_);
   Status RemoveSequence(RequestId request) KVMESH_EXCLUDES(mu_);
 
   Result<PrefixLookup> LookupPrefix(std::span<const Token> tokens,

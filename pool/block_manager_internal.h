@@ -27,6 +27,10 @@ struct BlockManager::Sequence {
   std::int64_t stored_blocks = 0;
   bool store_broken = false;                // a parent node went away: later blocks stay private
   std::vector<std::int64_t> released_upto;  // [pool]: window positions below were released
+  // PendingContentIds: the content ids of positions [pending_ids_from, + size), kept for
+  // StoreFullBlocks.
+  std::vector<ContentId> pending_ids;
+  std::int64_t pending_ids_from = 0;
 };
 
 struct BlockManager::Match {

@@ -135,7 +135,11 @@ Result<std::int64_t> BlockManager::StoreFullBlocks(RequestId request,
       } else {
         r = RetentionChoice{seq->decode_priority, seq->decode_duration};
       }
-      node = cache_.Store(parent, key, mm, hash, blocks, r.priority, expiry(r.duration));
+      const std::int64_t k = i - seq->pending_ids_from;
+      const ContentId* known = k >= 0 && k < std::ssize(seq->pending_ids)
+                                   ? &seq->pending_ids[static_cast<std::size_t>(k)]
+                                   : nullptr;
+      node = cache_.Store(parent, key, mm, hash, blocks, r.priority, expiry(r.duration), known);
       ++stored;
     }
     // else: another sequence stored this key first; this sequence's blocks stay private.
@@ -145,6 +149,41 @@ Result<std::int64_t> BlockManager::StoreFullBlocks(RequestId request,
   ReleaseOutOfWindow(seq, /*stored_only=*/true, nullptr);
   FlushEvents();
   return stored;
+}
+
+Status BlockManager::PendingContentIds(RequestId request, std::vector<ContentId>* out) {
+  out->clear();
+  MutexLock lock(&mu_);
+  auto it = sequences_.find(request);
+  if (it == sequences_.end()) return UnknownRequest(request);
+  Sequence* seq = it->second.get();
+  const std::int64_t t = tokens_per_block();
+  const std::int64_t from = seq->stored_blocks;
+  const std::int64_t end = static_cast<std::int64_t>(seq->tokens.size()) / t;
+  PrefixTree& tree = cache_.tree();
+  if (seq->store_broken || (from > 0 && !tree.IsCurrent(seq->nodes[from - 1]))) {
+    return Status::FailedPrecondition(StrCat("request ", request.value, ": block ", from - 1,
+                                             " was evicted; its later blocks are not stored"));
+  }
+  std::vector<ContentId>& ids = seq->pending_ids;
+  // Those already computed from `from` on are kept; the rest are computed now.
+  if (seq->pending_ids_from > from || seq->pending_ids_from + std::ssize(ids) < from) ids.clear();
+  if (ids.empty()) seq->pending_ids_from = from;
+  ids.erase(ids.begin(), ids.begin() + (from - seq->pending_ids_from));
+  seq->pending_ids_from = from;
+  ContentId parent = ids.empty() ? (from > 0 ? tree.node(seq->nodes[from - 1].node).content_id
+                                             : tree.node(seq->root).content_id)
+                                 : ids.back();
+  std::vector<BlockMmRef> mm;
+  for (std::int64_t i = from + std::ssize(ids); i < end; ++i) {
+    const std::span<const Token> key(seq->tokens.data() + i * t, static_cast<std::size_t>(t));
+    mm.clear();
+    MmRefsForBlock(seq->multimodal, i * t, t, &mm);
+    parent = tree.ChildContentId(parent, seq->root, key, mm);
+    ids.push_back(parent);
+  }
+  out->assign(ids.begin(), ids.end());
+  return Status::Ok();
 }
 
 Status BlockManager::RemoveSequence(RequestId request) {

@@ -120,7 +120,8 @@ NodeRef PrefixTree::FindChild(NodeRef parent, std::span<const Token> tokens,
 }
 
 NodeRef PrefixTree::AddChild(NodeRef parent, std::span<const Token> tokens,
-                             std::span<const BlockMmRef> mm, std::uint64_t hash) {
+                             std::span<const BlockMmRef> mm, std::uint64_t hash,
+                             const ContentId* content_id) {
   KVMESH_CHECK(tokens.size() == static_cast<std::size_t>(tokens_per_block_));
   KVMESH_DCHECK(hash == KeyHash(parent, tokens, mm));
   KVMESH_DCHECK(FindChild(parent, tokens, mm, hash) == kNoNode);
@@ -143,7 +144,12 @@ NodeRef PrefixTree::AddChild(NodeRef parent, std::span<const Token> tokens,
     }
     mm_slots_[node.mm_slot].assign(mm.begin(), mm.end());
   }
-  node.content_id = hasher_.ForBlock(p.content_id, nodes_[node.root].content_id, tokens, mm);
+  if (content_id != nullptr) {
+    node.content_id = *content_id;
+    KVMESH_DCHECK(node.content_id == ChildContentId(p.content_id, node.root, tokens, mm));
+  } else {
+    node.content_id = ChildContentId(p.content_id, node.root, tokens, mm);
+  }
   // Link as the first child.
   node.next_sibling = p.first_child;
   if (p.first_child != kNoNode) nodes_[p.first_child].prev_sibling = n;

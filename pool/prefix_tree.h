@@ -102,8 +102,10 @@ class PrefixTree {
                                   std::span<const BlockMmRef> mm, std::uint64_t hash) const;
   // Creates that child (no blocks yet; content id computed). REQUIRES: it does not exist,
   // tokens.size() == tokens_per_block, hash == KeyHash(parent, tokens, mm).
+  // `content_id`: ChildContentId of the same arguments when the caller computed it already (the
+  // SHA-256 is then not computed again); null computes it.
   NodeRef AddChild(NodeRef parent, std::span<const Token> tokens, std::span<const BlockMmRef> mm,
-                   std::uint64_t hash);
+                   std::uint64_t hash, const ContentId* content_id = nullptr);
   NodeRef AddChild(NodeRef parent, std::span<const Token> tokens, std::span<const BlockMmRef> mm) {
     return AddChild(parent, tokens, mm, KeyHash(parent, tokens, mm));
   }
@@ -113,6 +115,13 @@ class PrefixTree {
   void RemoveRootIfUnused(NodeRef root);
 
   [[nodiscard]] NodeRef FindByContentId(const ContentId& id) const;
+  // The content id that a child with these tokens and mm refs gets under a node whose content id
+  // is `parent_id`, in the domain of `root` (what AddChild computes). Not const: the hasher's
+  // context is reused.
+  ContentId ChildContentId(const ContentId& parent_id, NodeRef root, std::span<const Token> tokens,
+                           std::span<const BlockMmRef> mm) {
+    return hasher_.ForBlock(parent_id, nodes_[root].content_id, tokens, mm);
+  }
 
   TreeNode& node(NodeRef n) { return nodes_[n]; }
   [[nodiscard]] const TreeNode& node(NodeRef n) const { return nodes_[n]; }

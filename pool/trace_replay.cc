@@ -109,10 +109,6 @@ TraceReplay::TraceReplay(ReplayConfig config, std::unique_ptr<BlockManager> mana
     : config_(std::move(config)), manager_(std::move(manager)) {
   options_.reuse_last_token = true;
   options_.allow_partial_reuse = false;
-  if (config_.tier_hooks != nullptr) {
-    domain_id_ = DomainContentId(NamespaceDigest(manager_->config().key_namespace), CacheDomain{});
-    hasher_ = std::make_unique<ContentIdHasher>();
-  }
   result_.policy = config_.policy;
   result_.capacity_blocks = config_.capacity_blocks;
   result_.tokens_per_block = config_.tokens_per_block;
@@ -140,18 +136,17 @@ void TraceReplay::FillOptions(const TraceRequest& request) {
   }
 }
 
-void TraceReplay::CallTierHooks(const TraceRequest& request, const AddSequenceResult& added) {
+void TraceReplay::CallTierHooks(RequestId id, const TraceRequest& request,
+                                const AddSequenceResult& added) {
   const std::int64_t pool_hit_blocks = added.reused_blocks;
   const auto n = std::ssize(request.hash_ids);
   if (pool_hit_blocks >= n) return;
-  const std::int64_t t = config_.tokens_per_block;
-  missed_.clear();
-  ContentId parent = domain_id_;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::span<const Token> block(tokens_.data() + i * t, static_cast<std::size_t>(t));
-    parent = hasher_->ForBlock(parent, domain_id_, block, {});
-    if (i >= pool_hit_blocks) missed_.push_back(parent);
-  }
+  // The ids the manager will store the missed blocks under (computed once: StoreFullBlocks uses
+  // them).
+  const Status ids = manager_->PendingContentIds(id, &missed_);
+  KVMESH_CHECK(ids.ok()) << ids.ToString();
+  KVMESH_CHECK(std::ssize(missed_) == n - pool_hit_blocks)
+      << missed_.size() << " pending ids for " << n - pool_hit_blocks << " missed blocks";
   const std::int64_t restored = config_.tier_hooks->OnPoolMiss(
       ReplayMiss{.request_index = result_.requests,
                  .request = &request,
@@ -186,7 +181,7 @@ Status TraceReplay::Replay(const TraceRequest& request) {
   KVMESH_ASSIGN_OR_RETURN(const AddSequenceResult added,
                           manager_->AddSequence(id, tokens_, options_));
   result_.reused_blocks += added.reused_blocks;
-  if (config_.tier_hooks != nullptr) CallTierHooks(request, added);
+  if (config_.tier_hooks != nullptr) CallTierHooks(id, request, added);
   Result<std::int64_t> stored = manager_->StoreFullBlocks(id);
   const Status removed = manager_->RemoveSequence(id);
   if (!stored.ok()) return stored.status();

@@ -192,12 +192,10 @@ class TraceReplay {
  private:
   TraceReplay(ReplayConfig config, std::unique_ptr<BlockManager> manager);
   void FillOptions(const TraceRequest& request);
-  void CallTierHooks(const TraceRequest& request, const AddSequenceResult& added);
+  void CallTierHooks(RequestId id, const TraceRequest& request, const AddSequenceResult& added);
 
   ReplayConfig config_;
   std::unique_ptr<BlockManager> manager_;
-  ContentId domain_id_;                      // for the tier hooks' content ids
-  std::unique_ptr<ContentIdHasher> hasher_;  // with tier hooks only
   std::vector<Token> tokens_;                // the current request's tokens
   SequenceOptions options_;                  // the current request's options
   std::vector<ContentId> missed_;            // scratch for the tier hooks
