@@ -196,9 +196,9 @@ class TraceReplay {
 
   ReplayConfig config_;
   std::unique_ptr<BlockManager> manager_;
-  std::vector<Token> tokens_;                // the current request's tokens
-  SequenceOptions options_;                  // the current request's options
-  std::vector<ContentId> missed_;            // scratch for the tier hooks
+  std::vector<Token> tokens_;      // the current request's tokens
+  SequenceOptions options_;        // the current request's options
+  std::vector<ContentId> missed_;  // scratch for the tier hooks
   ReplayResult result_;
 };
 
