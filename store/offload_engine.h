@@ -279,6 +279,12 @@ class OffloadEngine final : public EvictionListener {
     EvictedBlock block;
     MoveOutTicket ticket;
   };
+  struct PendingSpill {
+    TierPoolId pool;
+    ContentId id;
+    int priority = 0;
+    std::shared_ptr<const std::vector<std::byte>> bundle;
+  };
 
   explicit OffloadEngine(OffloadEngineOptions options);
   Status Open();
@@ -316,6 +322,9 @@ class OffloadEngine final : public EvictionListener {
   [[nodiscard]] std::size_t OnboardRange() const;
   // A copy worker's loop: takes queued offloads in batches until the queue is empty.
   void DrainOffloads() KVMESH_EXCLUDES(mu_);
+  // The spill thread's loop: writes queued spills, a batch per RocksDB write, until the queue is
+  // empty.
+  void DrainSpills() KVMESH_EXCLUDES(mu_);
   // The bundle of a block being spilled, or null.
   std::shared_ptr<const std::vector<std::byte>> Staged(TierPoolId pool, const ContentId& id)
       KVMESH_EXCLUDES(mu_);
@@ -339,6 +348,8 @@ class OffloadEngine final : public EvictionListener {
   std::int64_t spill_queued_bytes_ KVMESH_GUARDED_BY(mu_) = 0;
   std::deque<PendingOffload> offload_queue_ KVMESH_GUARDED_BY(mu_);
   int drainers_ KVMESH_GUARDED_BY(mu_) = 0;  // workers draining offload_queue_
+  std::deque<PendingSpill> spill_queue_ KVMESH_GUARDED_BY(mu_);
+  bool spill_draining_ KVMESH_GUARDED_BY(mu_) = false;  // DrainSpills runs
   // Bundles being spilled, by (pool, content id).
   std::map<std::pair<std::int32_t, ContentId>, std::shared_ptr<const std::vector<std::byte>>>
       staged_ KVMESH_GUARDED_BY(mu_);

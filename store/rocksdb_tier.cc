@@ -167,33 +167,32 @@ Result<RocksDbTier::Reservation> RocksDbTier::Reserve(const PoolFamilies& p, con
   return r;
 }
 
-Status RocksDbTier::Commit(const PoolFamilies& p, const ContentId& id, int priority,
-                           const Reservation& r,
-                           std::span<const std::span<const std::byte>> value) {
-  const Key key{p.config.id, id};
-  const std::int64_t bytes = p.codec.bundle_bytes();
+void RocksDbTier::Commit(std::span<PendingPut> puts) {
   // One batch per thread, cleared and refilled: its buffer keeps its size, so that a put neither
   // allocates (and faults in) a bundle-sized buffer nor grows one piece by piece. One that grew
-  // past kMaxKeptBatchBytes (a large bundle) is given back after its write.
+  // past kMaxKeptBatchBytes (large bundles, or many) is given back after its write.
   thread_local rocksdb::WriteBatch batch;
   batch.Clear();
-  for (const Key& v : r.victims) {
-    const PoolFamilies& vp = *FindPool(v.pool, kTierDefaultPriority).value();
-    batch.Delete(vp.data, KeySlice(v.id)).PermitUncheckedError();
-    batch.Delete(vp.meta, KeySlice(v.id)).PermitUncheckedError();
-  }
   std::array<rocksdb::Slice, BundlePieces::kMaxPieces> parts;
-  KVMESH_CHECK_LE(value.size(), parts.size());
-  for (std::size_t i = 0; i < value.size(); ++i) {
-    parts[i] = {reinterpret_cast<const char*>(value[i].data()), value[i].size()};
+  for (const PendingPut& put : puts) {
+    for (const Key& v : put.r.victims) {
+      const PoolFamilies& vp = *FindPool(v.pool, kTierDefaultPriority).value();
+      batch.Delete(vp.data, KeySlice(v.id)).PermitUncheckedError();
+      batch.Delete(vp.meta, KeySlice(v.id)).PermitUncheckedError();
+    }
+    KVMESH_CHECK_LE(put.value.size(), parts.size());
+    for (std::size_t i = 0; i < put.value.size(); ++i) {
+      parts[i] = {reinterpret_cast<const char*>(put.value[i].data()), put.value[i].size()};
+    }
+    const rocksdb::Slice key_slice = KeySlice(put.id);
+    batch
+        .Put(put.p->data, rocksdb::SliceParts(&key_slice, 1),
+             rocksdb::SliceParts(parts.data(), static_cast<int>(put.value.size())))
+        .PermitUncheckedError();
+    const auto meta = rocksdb_tier::EncodeMeta(put.r.seq, put.priority);
+    batch.Put(put.p->meta, key_slice, rocksdb::Slice(meta.data(), meta.size()))
+        .PermitUncheckedError();
   }
-  const rocksdb::Slice key_slice = KeySlice(id);
-  batch
-      .Put(p.data, rocksdb::SliceParts(&key_slice, 1),
-           rocksdb::SliceParts(parts.data(), static_cast<int>(value.size())))
-      .PermitUncheckedError();
-  const auto meta = rocksdb_tier::EncodeMeta(r.seq, priority);
-  batch.Put(p.meta, key_slice, rocksdb::Slice(meta.data(), meta.size())).PermitUncheckedError();
   const rocksdb::WriteOptions wo = WriteOptionsFor(options_);
   const auto tw = SteadyClock::now();
   const rocksdb::Status s = db_->Write(wo, &batch);
@@ -201,15 +200,21 @@ Status RocksDbTier::Commit(const PoolFamilies& p, const ContentId& id, int prior
   counters_.write_ns.fetch_add(NanosSince(tw), std::memory_order_relaxed);
   if (batch.GetDataSize() > kMaxKeptBatchBytes) batch = rocksdb::WriteBatch();
 
-  bool erased_meanwhile = false;
+  std::int64_t total = 0;
+  std::vector<const PendingPut*> erased_meanwhile;
   {
     MutexLock lock(&mu_);
-    writing_bytes_ -= bytes;
-    auto it = index_.find(key);
-    const bool mine = it != index_.end() && it->second.generation == r.generation;
-    if (!s.ok()) {
-      if (mine) EraseFromIndex(key);
-    } else {
+    for (const PendingPut& put : puts) {
+      const Key key{put.p->config.id, put.id};
+      const std::int64_t bytes = put.p->codec.bundle_bytes();
+      total += bytes;
+      writing_bytes_ -= bytes;
+      auto it = index_.find(key);
+      const bool mine = it != index_.end() && it->second.generation == put.r.generation;
+      if (!s.ok()) {
+        if (mine) EraseFromIndex(key);
+        continue;
+      }
       // Acknowledgement numbers follow the order in which puts return (taken under the lock).
       const std::uint64_t ack = acked_.load(std::memory_order_relaxed) + 1;
       acked_.store(ack, std::memory_order_release);
@@ -226,34 +231,44 @@ Status RocksDbTier::Commit(const PoolFamilies& p, const ContentId& id, int prior
           ++not_durable_entries_;
           not_durable_.emplace_back(ack, key);
         }
-      } else {
-        erased_meanwhile = it == index_.end();
+      } else if (it == index_.end()) {
+        erased_meanwhile.push_back(&put);
       }
     }
   }
   counters_.index_ns.fetch_add(NanosSince(ti), std::memory_order_relaxed);
-  if (!s.ok()) return Disable("put", s);
-  counters_.puts.fetch_add(1, std::memory_order_relaxed);
-  counters_.put_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  committed_since_sample_.fetch_add(bytes, std::memory_order_relaxed);
+  if (!s.ok()) {
+    const Status failed = Disable("put", s);
+    for (const PendingPut& put : puts) *put.out = failed;
+    return;
+  }
+  for (const PendingPut& put : puts) *put.out = Status::Ok();
+  counters_.puts.fetch_add(static_cast<std::int64_t>(puts.size()), std::memory_order_relaxed);
+  counters_.put_bytes.fetch_add(total, std::memory_order_relaxed);
+  committed_since_sample_.fetch_add(total, std::memory_order_relaxed);
   std::int64_t expected = 0;
   first_unflushed_ns_.compare_exchange_strong(expected, NowNs(), std::memory_order_relaxed);
-  // Only the put that crosses the mark wakes the upkeep thread (a wake is a futex call and a
+  // Only the write that crosses the mark wakes the upkeep thread (a wake is a futex call and a
   // context switch: once per put, 17.6% of a 4 KiB put's time in perf). A wake lost to the
   // thread's own wait is made up by its next sample, at most one sample interval (50 ms) later.
-  const std::int64_t unflushed = unflushed_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  const std::int64_t unflushed = unflushed_bytes_.fetch_add(total, std::memory_order_relaxed);
   if (options_.durability == DiskDurability::kFlush && unflushed < options_.flush_after_bytes &&
-      unflushed + bytes >= options_.flush_after_bytes) {
+      unflushed + total >= options_.flush_after_bytes) {
     flush_requests_.fetch_add(1, std::memory_order_relaxed);
     upkeep_cv_.notify_one();
   }
-  if (erased_meanwhile) {  // an Erase came while the write ran: undo it
+  if (!erased_meanwhile.empty()) {  // an Erase came while the write ran: undo those puts
     rocksdb::WriteBatch undo;
-    undo.Delete(p.data, key_slice).PermitUncheckedError();
-    undo.Delete(p.meta, key_slice).PermitUncheckedError();
-    if (rocksdb::Status u = db_->Write(wo, &undo); !u.ok()) return Disable("erase", u);
+    for (const PendingPut* put : erased_meanwhile) {
+      const rocksdb::Slice key_slice = KeySlice(put->id);
+      undo.Delete(put->p->data, key_slice).PermitUncheckedError();
+      undo.Delete(put->p->meta, key_slice).PermitUncheckedError();
+    }
+    if (rocksdb::Status u = db_->Write(wo, &undo); !u.ok()) {
+      const Status failed = Disable("erase", u);
+      for (const PendingPut* put : erased_meanwhile) *put->out = failed;
+    }
   }
-  return Status::Ok();
 }
 
 Status RocksDbTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& src,
@@ -276,7 +291,11 @@ Status RocksDbTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& 
     if (it != index_.end() && it->second.generation == r.generation) EraseFromIndex(Key{pool, id});
     return st;
   }
-  return Commit(*p, id, priority, r, std::span(pieces.pieces.data(), pieces.count));
+  Status out;
+  PendingPut put{p,   id, priority, std::move(r), std::span(pieces.pieces.data(), pieces.count),
+                 &out};
+  Commit(std::span(&put, 1));
+  return out;
 }
 
 Status RocksDbTier::PutBundle(TierPoolId pool, const ContentId& id,
@@ -292,7 +311,40 @@ Status RocksDbTier::PutBundle(TierPoolId pool, const ContentId& id,
   KVMESH_ASSIGN_OR_RETURN(Reservation r, std::move(reserved));
   if (r.already_held) return Status::Ok();
   const std::span<const std::byte> one[1] = {bundle};
-  return Commit(*p, id, priority, r, one);
+  Status out;
+  PendingPut put{p, id, priority, std::move(r), one, &out};
+  Commit(std::span(&put, 1));
+  return out;
+}
+
+void RocksDbTier::PutBundles(std::span<const BundlePut> puts, std::span<Status> out) {
+  KVMESH_CHECK_EQ(puts.size(), out.size());
+  std::vector<PendingPut> pending;
+  pending.reserve(puts.size());
+  std::vector<std::array<std::span<const std::byte>, 1>> values(puts.size());
+  for (std::size_t i = 0; i < puts.size(); ++i) {
+    const BundlePut& b = puts[i];
+    Result<PoolFamilies*> p = FindPool(b.pool, b.priority);
+    if (!p.ok()) {
+      out[i] = p.status();
+      continue;
+    }
+    const auto t0 = SteadyClock::now();
+    out[i] = (*p)->codec.Verify(b.bundle, b.id);
+    counters_.encode_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
+    if (!out[i].ok()) continue;
+    const auto t1 = SteadyClock::now();
+    Result<Reservation> reserved = Reserve(**p, b.id, b.priority);
+    counters_.index_ns.fetch_add(NanosSince(t1), std::memory_order_relaxed);
+    if (!reserved.ok()) {
+      out[i] = reserved.status();
+      continue;
+    }
+    if (reserved->already_held) continue;  // OK
+    values[i][0] = b.bundle;
+    pending.push_back(PendingPut{*p, b.id, b.priority, std::move(*reserved), values[i], &out[i]});
+  }
+  if (!pending.empty()) Commit(pending);
 }
 
 Status RocksDbTier::DropCorrupt(const PoolFamilies& p, const ContentId& id,

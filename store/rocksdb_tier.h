@@ -194,6 +194,17 @@ class RocksDbTier final : public BlockTier {
              int priority) override;
   Status PutBundle(TierPoolId pool, const ContentId& id, std::span<const std::byte> bundle,
                    int priority) override;
+  // One bundle of PutBundles.
+  struct BundlePut {
+    TierPoolId pool;
+    ContentId id;
+    std::span<const std::byte> bundle;
+    int priority = kTierDefaultPriority;
+  };
+  // PutBundle of several bundles in one RocksDB write (one write group, one memtable insert pass:
+  // a spill batch): out[i] is what PutBundle of puts[i] would have returned; the durability
+  // promise is PutBundle's, for each. REQUIRES: puts and out of one size.
+  void PutBundles(std::span<const BundlePut> puts, std::span<Status> out) KVMESH_EXCLUDES(mu_);
   Status Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
              std::int64_t block) override;
   Status GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
@@ -315,9 +326,17 @@ class RocksDbTier final : public BlockTier {
   Result<PoolFamilies*> FindPool(TierPoolId pool, int priority) const;
   Result<Reservation> Reserve(const PoolFamilies& p, const ContentId& id, int priority)
       KVMESH_EXCLUDES(mu_);
-  // Writes the reserved put (value given as pieces) and publishes it.
-  Status Commit(const PoolFamilies& p, const ContentId& id, int priority, const Reservation& r,
-                std::span<const std::span<const std::byte>> value) KVMESH_EXCLUDES(mu_);
+  // A reserved put: its value as pieces, and where its outcome goes.
+  struct PendingPut {
+    const PoolFamilies* p = nullptr;
+    ContentId id;
+    int priority = kTierDefaultPriority;
+    Reservation r;
+    std::span<const std::span<const std::byte>> value;
+    Status* out = nullptr;
+  };
+  // Writes the reserved puts in one RocksDB write and publishes them; each outcome in its `out`.
+  void Commit(std::span<PendingPut> puts) KVMESH_EXCLUDES(mu_);
   // Reads a block and hands it to `use`, which verifies it (BundleCodec::Decode, DecodeOnePass or
   // Verify) — straight from RocksDB's pinned buffer, no staging copy; a kCorruption from `use`
   // drops the entry.

@@ -407,6 +407,59 @@ TEST(RocksDbTier, PutBundleVerifiesFirstAndEraseRemoves) {
   EXPECT_TRUE(tier->Put(kPool, IdFor(1), src.view(), 0, 101).IsInvalidArgument());
 }
 
+TEST(RocksDbTier, PutBundlesWritesABatchAndGivesEachPutItsOwnOutcome) {
+  TempDir dir;
+  const auto o = OptionsFor(dir.path() + "/db", {Small()});
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  TestPool src(layout, 6, 1.0f), dst(layout, 1, 1.0f);
+  std::vector<std::vector<std::byte>> bundles;
+  {
+    auto tier = OpenTier(o);
+    const BundleCodec& codec = *tier->Codec(kPool);
+    for (int i = 0; i < 6; ++i) {
+      src.Fill(i, 40 + i);
+      bundles.emplace_back(codec.bundle_bytes());
+      ASSERT_TRUE(codec.Encode(src.view(), i, IdFor(i), bundles.back()).ok());
+    }
+    ASSERT_TRUE(tier->PutBundle(kPool, IdFor(1), bundles[1], 35).ok());
+    using P = RocksDbTier::BundlePut;
+    const std::vector<P> puts = {
+        P{kPool, IdFor(1), bundles[1], 35},          // held already: OK, nothing written
+        P{kPool, IdFor(2), bundles[3], 35},          // another block's bundle: refused
+        P{kPool, IdFor(3), bundles[3], 35},          // written
+        P{kPool, IdFor(4), bundles[4], 50},          // written
+        P{TierPoolId{3}, IdFor(5), bundles[5], 35},  // no such pool
+        P{kPool, IdFor(4), bundles[4], 50},          // twice in one batch: held once
+        P{kPool, IdFor(5), bundles[5], 35},          // written
+    };
+    std::vector<Status> out(puts.size(), Status::Internal("not set"));
+    tier->PutBundles(puts, out);
+    EXPECT_TRUE(out[0].ok()) << out[0];
+    EXPECT_TRUE(out[1].IsCorruption()) << out[1];
+    EXPECT_TRUE(out[2].ok()) << out[2];
+    EXPECT_TRUE(out[3].ok()) << out[3];
+    EXPECT_TRUE(out[4].IsInvalidArgument()) << out[4];
+    EXPECT_TRUE(out[5].ok()) << out[5];
+    EXPECT_TRUE(out[6].ok()) << out[6];
+    EXPECT_FALSE(tier->Contains(kPool, IdFor(2)));
+    const TierStats st = tier->stats();
+    EXPECT_EQ(st.entries, 4);  // 1, 3, 4, 5
+    EXPECT_EQ(st.put_present, 2);
+    for (int i : {1, 3, 4, 5}) {
+      ASSERT_TRUE(tier->Get(kPool, IdFor(i), dst.view(), 0).ok()) << i;
+      EXPECT_EQ(dst.Snapshot(0), src.Expected(40 + i)) << i;
+    }
+  }
+  // Each written block is there after a restart too.
+  auto tier = OpenTier(o);
+  EXPECT_EQ(tier->stats().entries, 4);
+  for (int i : {1, 3, 4, 5}) {
+    ASSERT_TRUE(tier->Get(kPool, IdFor(i), dst.view(), 0).ok()) << i;
+    EXPECT_EQ(dst.Snapshot(0), src.Expected(40 + i)) << i;
+  }
+  EXPECT_TRUE(tier->Get(kPool, IdFor(2), dst.view(), 0).IsNotFound());
+}
+
 TEST(RocksDbTier, BlobFilesAndDirectIo) {
   for (bool blobs : {false, true}) {
     for (bool direct : {false, true}) {
