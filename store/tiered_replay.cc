@@ -150,11 +150,15 @@ std::int64_t TieredReplay::OnPoolMiss(const ReplayMiss& miss) {
 }
 
 TieredReplayStats TieredReplay::Finish() {
+  const auto t0 = std::chrono::steady_clock::now();
   engine_->Drain();
+  const auto t1 = std::chrono::steady_clock::now();
   if (engine_->disk() != nullptr) {
     const Status st = engine_->disk()->Flush();
     if (!st.ok()) KVMESH_LOG_WARN("replay disk tier flush failed error {}", st.ToString());
   }
+  counts_.drain_s = std::chrono::duration<double>(t1 - t0).count();
+  counts_.flush_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   return stats();
 }
 
@@ -173,7 +177,10 @@ Result<TieredReplayResult> ReplayTraceWithTiers(std::span<const TraceRequest> tr
   }
   tiers.capacity_blocks = *config.capacity_blocks;
   tiers.tokens_per_block = config.tokens_per_block;
+  const auto created = std::chrono::steady_clock::now();
   KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<TieredReplay> hooks, TieredReplay::Create(tiers));
+  const double setup_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - created).count();
   RocksDbTier* disk = hooks->engine().disk();
   if (signal_flush != nullptr && disk != nullptr) signal_flush->Register(disk);
   ReplayConfig c = config;
@@ -183,6 +190,7 @@ Result<TieredReplayResult> ReplayTraceWithTiers(std::span<const TraceRequest> tr
   if (replay.ok()) {
     out.replay = std::move(*replay);
     out.tiers = hooks->Finish();
+    out.tiers.setup_s = setup_s;
   }
   if (signal_flush != nullptr && disk != nullptr) signal_flush->Unregister(disk);
   if (!replay.ok()) return replay.status();

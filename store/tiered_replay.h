@@ -81,6 +81,11 @@ struct TieredReplayStats {
   double onboard_s = 0;
   double check_s = 0;
   double recompute_s = 0;
+  // Outside the replay's own time: creating the tiers (host memory, RocksDB open), then at the
+  // end waiting for the copies still in flight (drain) and flushing RocksDB.
+  double setup_s = 0;
+  double drain_s = 0;
+  double flush_s = 0;
   OffloadStats offload;
 };
 
