@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pool/trace.h"
@@ -151,6 +152,17 @@ bool Report(const ReplayResult& alone, const TieredReplayResult& tiered, double 
       s.offload.offload.copy_s, s.offload.spill.copy_s, s.offload.disk.stages.index_s,
       s.offload.disk.stages.read_s + s.offload.disk.stages.write_s, s.offload.disk.stages.decode_s,
       s.offload.disk.stages.encode_s);
+  double cpu_total = 0;
+  for (const auto& [name, cpu] : s.thread_cpu_s) cpu_total += cpu;
+  std::printf(
+      "CPU of the whole run with tiers by thread: %.2f s on %u cores over %.2f s (%.2f cores "
+      "busy on average):",
+      cpu_total, std::thread::hardware_concurrency(), tiered_wall,
+      tiered_wall > 0 ? cpu_total / tiered_wall : 0.0);
+  for (const auto& [name, cpu] : s.thread_cpu_s) {
+    if (cpu >= 0.005) std::printf(" %s %.2f s,", name.c_str(), cpu);
+  }
+  std::printf(" (the pool alone: one thread, %.2f s)\n", alone.wall_s);
   const double memcpy_rate = MemcpyBytesPerSecond();
   std::printf("memcpy of 4 KiB blocks: %.2f GB/s\n\n", memcpy_rate / 1e9);
 

@@ -1,16 +1,25 @@
 #include "common/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <string>
 
 namespace kvmesh {
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, std::string_view name) {
   if (num_threads < 0)
     num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   workers_.reserve(num_threads);
-  for (int i = 0; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  const std::string thread_name(name.substr(0, 15));  // the kernel keeps 15 bytes
+  for (int i = 0; i < num_threads; ++i) {
+    workers_.emplace_back([this, thread_name] {
+      if (!thread_name.empty()) pthread_setname_np(pthread_self(), thread_name.c_str());
+      WorkerLoop();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -23,8 +24,10 @@ namespace kvmesh {
 
 class ThreadPool {
  public:
-  // `num_threads` workers; the default is std::thread::hardware_concurrency().
-  explicit ThreadPool(int num_threads = -1);
+  // `num_threads` workers; the default is std::thread::hardware_concurrency(). `name`: the
+  // workers' thread name as top -H, ps and /proc show it (at most 15 bytes are kept; empty: the
+  // creating thread's).
+  explicit ThreadPool(int num_threads = -1, std::string_view name = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -242,7 +242,7 @@ Status Node::Open(const NodeConfig& config) {
   t.manager.eviction_policy = c.kv_cache.eviction_policy;
   t.manager.event_capacity = static_cast<std::size_t>(c.kv_cache.event_buffer_max_size);
   t.manager.enable_partial_reuse = c.kv_cache.enable_partial_reuse;
-  copy_pool_ = std::make_unique<ThreadPool>(c.kv_cache.copy_threads);
+  copy_pool_ = std::make_unique<ThreadPool>(c.kv_cache.copy_threads, "kvm-block-copy");
   t.env.pool_memory = pools_.views();
   t.env.copy_executor = copy_pool_.get();
   t.offload.host_capacity_bytes = c.kv_cache.host_cache_size;

@@ -85,8 +85,8 @@ Status OffloadEngine::Open() {
     KVMESH_ASSIGN_OR_RETURN(disk_, RocksDbTier::Open(std::move(d)));
   }
   const int workers = options_.copy_threads;
-  spill_pool_ = std::make_unique<ThreadPool>(workers > 0 ? 1 : 0);
-  copy_pool_ = std::make_unique<ThreadPool>(workers);
+  spill_pool_ = std::make_unique<ThreadPool>(workers > 0 ? 1 : 0, "kvm-spill");
+  copy_pool_ = std::make_unique<ThreadPool>(workers, "kvm-tier-copy");
   if (options_.host_capacity_bytes > 0) {
     HostTierOptions h;
     h.capacity_bytes = options_.host_capacity_bytes;

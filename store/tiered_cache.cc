@@ -37,7 +37,7 @@ Result<std::unique_ptr<TieredCache>> TieredCache::Create(TieredCacheOptions opti
   }
   KVMESH_ASSIGN_OR_RETURN(cache->manager_,
                           BlockManager::Create(options.manager, std::move(options.env)));
-  cache->publisher_ = std::make_unique<ThreadPool>(copy_threads > 0 ? 1 : 0);
+  cache->publisher_ = std::make_unique<ThreadPool>(copy_threads > 0 ? 1 : 0, "kvm-publish");
   return cache;
 }
 

@@ -65,6 +65,7 @@ Result<std::unique_ptr<TieredReplay>> TieredReplay::Create(const TieredReplayOpt
   KVMESH_ASSIGN_OR_RETURN(const KvPoolLayout layout, MakeKvPoolLayout(geometry));
   KVMESH_ASSIGN_OR_RETURN(const BundleCodec codec, BundleCodec::Create(layout, 1.0f));
   std::unique_ptr<TieredReplay> r(new TieredReplay());
+  r->cpu_at_create_ = ThreadCpuSnapshot();
   r->options_ = options;
   r->counts_.geometry = geometry;
   r->counts_.block_bytes = layout.BytesPerBlock();
@@ -159,6 +160,7 @@ TieredReplayStats TieredReplay::Finish() {
   }
   counts_.drain_s = std::chrono::duration<double>(t1 - t0).count();
   counts_.flush_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  counts_.thread_cpu_s = CpuByThreadName(cpu_at_create_, ThreadCpuSnapshot());
   return stats();
 }
 

@@ -34,8 +34,11 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/result.h"
+#include "common/thread_cpu.h"
 #include "pool/pool_storage.h"
 #include "pool/trace_replay.h"
 #include "store/offload_engine.h"
@@ -86,6 +89,10 @@ struct TieredReplayStats {
   double setup_s = 0;
   double drain_s = 0;
   double flush_s = 0;
+  // CPU seconds by thread name from the start of Create to the end of Finish (the replaying
+  // thread, the copy workers, the spill thread, RocksDB's flush and compaction threads), largest
+  // first: where the run's CPU went.
+  std::vector<std::pair<std::string, double>> thread_cpu_s;
   OffloadStats offload;
 };
 
@@ -115,6 +122,7 @@ class TieredReplay final : public ReplayTierHooks {
   PoolStorage storage_;
   std::unique_ptr<OffloadEngine> engine_;
   TieredReplayStats counts_;  // geometry, sizes and the OnPoolMiss counters
+  std::vector<ThreadCpu> cpu_at_create_;
 };
 
 struct TieredReplayResult {
