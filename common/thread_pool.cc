@@ -1,6 +1,7 @@
 #include "common/thread_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -9,14 +10,18 @@
 
 namespace kvmesh {
 
-ThreadPool::ThreadPool(int num_threads, std::string_view name) {
+ThreadPool::ThreadPool(int num_threads, std::string_view name, Kind kind) {
   if (num_threads < 0)
     num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   workers_.reserve(num_threads);
   const std::string thread_name(name.substr(0, 15));  // the kernel keeps 15 bytes
   for (int i = 0; i < num_threads; ++i) {
-    workers_.emplace_back([this, thread_name] {
+    workers_.emplace_back([this, thread_name, kind] {
       if (!thread_name.empty()) pthread_setname_np(pthread_self(), thread_name.c_str());
+      if (kind == Kind::kBackground) {
+        const sched_param param{};  // SCHED_BATCH takes priority 0; no privilege needed
+        pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
+      }
       WorkerLoop();
     });
   }

@@ -24,10 +24,18 @@ namespace kvmesh {
 
 class ThreadPool {
  public:
+  enum class Kind {
+    kNormal,
+    // Work nobody waits on at once (tier copies, RocksDB writes): the workers run under
+    // SCHED_BATCH, so that waking one does not preempt the thread that queued the work (on a busy
+    // core that thread, e.g. an admission, keeps running and the worker takes the next free
+    // slot). Where the policy cannot be set, the workers run as kNormal.
+    kBackground,
+  };
   // `num_threads` workers; the default is std::thread::hardware_concurrency(). `name`: the
   // workers' thread name as top -H, ps and /proc show it (at most 15 bytes are kept; empty: the
   // creating thread's).
-  explicit ThreadPool(int num_threads = -1, std::string_view name = {});
+  explicit ThreadPool(int num_threads = -1, std::string_view name = {}, Kind kind = Kind::kNormal);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -85,8 +85,12 @@ Status OffloadEngine::Open() {
     KVMESH_ASSIGN_OR_RETURN(disk_, RocksDbTier::Open(std::move(d)));
   }
   const int workers = options_.copy_threads;
-  spill_pool_ = std::make_unique<ThreadPool>(workers > 0 ? 1 : 0, "kvm-spill");
-  copy_pool_ = std::make_unique<ThreadPool>(workers, "kvm-tier-copy");
+  spill_pool_ =
+      std::make_unique<ThreadPool>(workers > 0 ? 1 : 0, "kvm-spill", ThreadPool::Kind::kBackground);
+  // Background: an eviction's copy is queued under the manager's lock, and the thread that
+  // queued it (an admission) should keep its core rather than yield it to the copy worker.
+  copy_pool_ =
+      std::make_unique<ThreadPool>(workers, "kvm-tier-copy", ThreadPool::Kind::kBackground);
   if (options_.host_capacity_bytes > 0) {
     HostTierOptions h;
     h.capacity_bytes = options_.host_capacity_bytes;

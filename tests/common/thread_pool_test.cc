@@ -1,8 +1,12 @@
 #include "common/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
+#include <future>
+#include <string>
 #include <vector>
 
 namespace kvmesh {
@@ -39,6 +43,28 @@ TEST(ThreadPoolTest, SubmittedTasksRunBeforeDestruction) {
     for (int i = 0; i < 100; ++i) pool.Submit([&] { ran.fetch_add(1); });
   }
   EXPECT_EQ(ran.load(), 100);
+}
+
+// What a worker of the pool sees of itself: its scheduling policy and its thread name.
+std::pair<int, std::string> WorkerSelf(ThreadPool& pool) {
+  std::promise<std::pair<int, std::string>> seen;
+  pool.Submit([&seen] {
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof(name));
+    seen.set_value({sched_getscheduler(0), name});
+  });
+  return seen.get_future().get();
+}
+
+TEST(ThreadPoolTest, WorkersCarryTheirNameAndBackgroundWorkersRunAsBatch) {
+  ThreadPool normal(1, "kvm-test-normal");
+  ThreadPool background(1, "kvm-test-background-long", ThreadPool::Kind::kBackground);
+  const auto [normal_policy, normal_name] = WorkerSelf(normal);
+  EXPECT_EQ(normal_policy, SCHED_OTHER);
+  EXPECT_EQ(normal_name, "kvm-test-normal");
+  const auto [background_policy, background_name] = WorkerSelf(background);
+  EXPECT_EQ(background_policy, SCHED_BATCH);
+  EXPECT_EQ(background_name, "kvm-test-backgr");  // the kernel keeps 15 bytes
 }
 
 }  // namespace
