@@ -36,7 +36,8 @@ class KVMESH_CAPABILITY("mutex") Mutex {
 
   // Spins briefly before it sleeps: most critical sections here last well under a microsecond,
   // and a futex sleep and wake-up costs tens of microseconds (about 19 us on the 2-core VM the
-  // project was measured on). kSpinTries try_locks with a pause between them take about 1 us.
+  // project was measured on). kSpinTries try_locks with a pause between them (a few microseconds
+  // at most), then the usual sleep.
   void Lock() KVMESH_ACQUIRE() {
     for (int i = 0; i < kSpinTries; ++i) {
       if (mu_.try_lock()) return;

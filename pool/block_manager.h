@@ -72,6 +72,9 @@
 //   Restore: PlanRestore / ReserveRestore / PublishRestore (block_restore.h) put blocks copied from
 //     a tier into the pool, hidden until published; AddSequence then reuses them like any cached
 //     block (reused_tokens counts them).
+//   PendingContentIds(request)         the content ids a sequence's unstored blocks will be stored
+//                                      under, computed once (StoreFullBlocks reuses them): for a
+//                                      caller that looks them up in the tiers before computing.
 //
 // ---- Errors (a failed call changes nothing: no pins, blocks or sequences are left behind)
 //   kInvalidArgument    empty tokens, a priority outside 0..100, retention ranges empty, out of

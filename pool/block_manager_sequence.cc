@@ -162,14 +162,14 @@ Status BlockManager::PendingContentIds(RequestId request, std::vector<ContentId>
   const std::int64_t end = static_cast<std::int64_t>(seq->tokens.size()) / t;
   PrefixTree& tree = cache_.tree();
   if (seq->store_broken || (from > 0 && !tree.IsCurrent(seq->nodes[from - 1]))) {
-    return Status::FailedPrecondition(StrCat("request ", request.value, ": block ", from - 1,
-                                             " was evicted; its later blocks are not stored"));
+    return Status::FailedPrecondition(StrCat("request ", request.value, ": its blocks from ", from,
+                                             " on can no longer be stored (a block before them "
+                                             "left the cache)"));
   }
+  // Those already computed from `from` on are kept (pending_ids_from <= from: stored_blocks only
+  // grows); the ones stored since are dropped, the rest computed now.
   std::vector<ContentId>& ids = seq->pending_ids;
-  // Those already computed from `from` on are kept; the rest are computed now.
-  if (seq->pending_ids_from > from || seq->pending_ids_from + std::ssize(ids) < from) ids.clear();
-  if (ids.empty()) seq->pending_ids_from = from;
-  ids.erase(ids.begin(), ids.begin() + (from - seq->pending_ids_from));
+  ids.erase(ids.begin(), ids.begin() + std::min(from - seq->pending_ids_from, std::ssize(ids)));
   seq->pending_ids_from = from;
   ContentId parent = ids.empty() ? (from > 0 ? tree.node(seq->nodes[from - 1].node).content_id
                                              : tree.node(seq->root).content_id)
