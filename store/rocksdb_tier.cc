@@ -75,23 +75,54 @@ Status RocksDbTier::Disable(std::string_view op, const rocksdb::Status& s) {
 }
 
 void RocksDbTier::EraseFromIndex(const Key& key) {
-  auto it = index_.find(key);
-  if (it == index_.end()) return;
-  if (it->second.state == EntryState::kReady) {
-    order_.erase({it->second.priority, it->second.seq, key.pool, key.id});
-    ready_bytes_ -= it->second.bytes;
-    if (!it->second.durable) --not_durable_entries_;
+  const Entry* e = index_.Get(key);
+  if (e == nullptr) return;
+  if (e->state == EntryState::kReady) {
+    RemoveFromOrder(*e);
+    ready_bytes_ -= e->bytes;
+    if (!e->durable) --not_durable_entries_;
   }
-  dirty_.erase(key);
-  used_bytes_ -= it->second.bytes;
-  index_.erase(it);
+  used_bytes_ -= e->bytes;
+  index_.Erase(e->slot);
+}
+
+RocksDbTier::Entry& RocksDbTier::AddToIndex(const Key& key, const Entry& e) {
+  const std::uint32_t slot = index_.Insert(key, e);
+  Entry& added = index_.value(slot);
+  added.slot = slot;
+  return added;
+}
+
+void RocksDbTier::AddToOrder(const Entry& e) { order_.Insert(e.slot, e.priority, e.seq); }
+
+void RocksDbTier::RemoveFromOrder(const Entry& e) { order_.Erase(e.slot); }
+
+void RocksDbTier::Touch(const Key& key, Entry& e, int priority) {
+  order_.Erase(e.slot);
+  e.priority = priority;
+  e.seq = next_seq_++;
+  order_.Insert(e.slot, e.priority, e.seq);
+  if (e.dirty) return;
+  e.dirty = true;
+  if (dirty_.size() >= 2 * index_.size() + 1024) {  // mostly keys of entries gone meanwhile
+    std::size_t kept = 0;
+    for (const Key& k : dirty_) {
+      Entry* listed = index_.Get(k);
+      if (listed == nullptr || !listed->dirty) continue;
+      listed->dirty = false;  // kept once: a later duplicate is dropped
+      dirty_[kept++] = k;
+    }
+    dirty_.resize(kept);
+    for (const Key& k : dirty_) index_.Get(k)->dirty = true;
+  }
+  dirty_.push_back(key);
 }
 
 RocksDbTier::Key RocksDbTier::EvictOne() {
-  const OrderKey victim = *order_.begin();
-  const Key key{victim.pool, victim.id};
+  const EvictionEntry slot = *order_.Victim();
+  const Key key = index_.key(slot);
   counters_.evictions.fetch_add(1, std::memory_order_relaxed);
-  counters_.eviction_bytes.fetch_add(index_.at(key).bytes, std::memory_order_relaxed);
+  counters_.eviction_bytes.fetch_add(index_.value(slot).bytes, std::memory_order_relaxed);
   if (options_.on_evict) options_.on_evict(key.pool, key.id);
   EraseFromIndex(key);
   return key;
@@ -121,15 +152,8 @@ Result<RocksDbTier::Reservation> RocksDbTier::Reserve(const PoolFamilies& p, con
     return Status::IoError(
         StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
   }
-  if (auto it = index_.find(key); it != index_.end()) {
-    Entry& e = it->second;
-    if (e.state == EntryState::kReady) {  // touch: new priority, most recently used
-      order_.erase({e.priority, e.seq, key.pool, key.id});
-      e.priority = priority;
-      e.seq = next_seq_++;
-      order_.insert({e.priority, e.seq, key.pool, key.id});
-      dirty_.insert(key);
-    }
+  if (Entry* held = index_.Get(key); held != nullptr) {
+    if (held->state == EntryState::kReady) Touch(key, *held, priority);
     counters_.put_present.fetch_add(1, std::memory_order_relaxed);
     r.already_held = true;
     return r;
@@ -153,7 +177,7 @@ Result<RocksDbTier::Reservation> RocksDbTier::Reserve(const PoolFamilies& p, con
                                             "budget of ", budget, " with ", writing_bytes_,
                                             " bytes being written"));
   }
-  while (used_bytes_ + bytes > budget && !order_.empty()) r.victims.push_back(EvictOne());
+  while (used_bytes_ + bytes > budget && order_.size() > 0) r.victims.push_back(EvictOne());
   r.seq = next_seq_++;
   r.generation = next_generation_++;
   Entry e;
@@ -161,7 +185,7 @@ Result<RocksDbTier::Reservation> RocksDbTier::Reserve(const PoolFamilies& p, con
   e.seq = r.seq;
   e.generation = r.generation;
   e.bytes = bytes;
-  index_.emplace(key, e);
+  AddToIndex(key, e);
   used_bytes_ += bytes;
   writing_bytes_ += bytes;
   return r;
@@ -209,8 +233,8 @@ void RocksDbTier::Commit(std::span<PendingPut> puts) {
       const std::int64_t bytes = put.p->codec.bundle_bytes();
       total += bytes;
       writing_bytes_ -= bytes;
-      auto it = index_.find(key);
-      const bool mine = it != index_.end() && it->second.generation == put.r.generation;
+      Entry* held = index_.Get(key);
+      const bool mine = held != nullptr && held->generation == put.r.generation;
       if (!s.ok()) {
         if (mine) EraseFromIndex(key);
         continue;
@@ -221,17 +245,17 @@ void RocksDbTier::Commit(std::span<PendingPut> puts) {
       const bool durable_now = options_.durability == DiskDurability::kWal;
       if (durable_now) durable_.store(ack, std::memory_order_release);
       if (mine) {
-        Entry& e = it->second;
+        Entry& e = *held;
         e.state = EntryState::kReady;
         e.ack = ack;
         e.durable = durable_now;
-        order_.insert({e.priority, e.seq, key.pool, key.id});
+        AddToOrder(e);
         ready_bytes_ += bytes;
         if (!durable_now) {
           ++not_durable_entries_;
           not_durable_.emplace_back(ack, key);
         }
-      } else if (it == index_.end()) {
+      } else if (held == nullptr) {
         erased_meanwhile.push_back(&put);
       }
     }
@@ -287,8 +311,8 @@ Status RocksDbTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& 
   if (Status st = encoded; !st.ok()) {
     MutexLock lock(&mu_);
     writing_bytes_ -= p->codec.bundle_bytes();
-    auto it = index_.find(Key{pool, id});
-    if (it != index_.end() && it->second.generation == r.generation) EraseFromIndex(Key{pool, id});
+    const Entry* held = index_.Get(Key{pool, id});
+    if (held != nullptr && held->generation == r.generation) EraseFromIndex(Key{pool, id});
     return st;
   }
   Status out;
@@ -352,8 +376,8 @@ Status RocksDbTier::DropCorrupt(const PoolFamilies& p, const ContentId& id,
   const Key key{p.config.id, id};
   {
     MutexLock lock(&mu_);
-    auto it = index_.find(key);
-    if (it != index_.end() && it->second.generation == generation) EraseFromIndex(key);
+    const Entry* held = index_.Get(key);
+    if (held != nullptr && held->generation == generation) EraseFromIndex(key);
   }
   counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
   KVMESH_LOG_WARN("rocksdb tier corrupt block deleted pool {} id {} error {}", p.config.id.value,
@@ -374,18 +398,14 @@ Result<std::uint64_t> RocksDbTier::TouchForRead(const Key& key) {
     return Status::IoError(
         StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
   }
-  auto it = index_.find(key);
-  if (it == index_.end() || it->second.state != EntryState::kReady) {
+  Entry* e = index_.Get(key);
+  if (e == nullptr || e->state != EntryState::kReady) {
     counters_.misses.fetch_add(1, std::memory_order_relaxed);
     return Status::NotFound(
         StrCat("rocksdb tier pool ", key.pool.value, ": no block ", key.id.ToHex()));
   }
-  Entry& e = it->second;
-  order_.erase({e.priority, e.seq, key.pool, key.id});
-  e.seq = next_seq_++;
-  order_.insert({e.priority, e.seq, key.pool, key.id});
-  dirty_.insert(key);
-  return e.generation;
+  Touch(key, *e, e->priority);
+  return e->generation;
 }
 
 rocksdb::ReadOptions RocksDbTier::ReadOptionsNow() const {
@@ -406,8 +426,8 @@ Status RocksDbTier::FinishRead(const PoolFamilies& p, const ContentId& id, std::
   const Key key{p.config.id, id};
   if (s.IsNotFound()) {  // evicted or erased meanwhile, or its meta record outlived it
     MutexLock lock(&mu_);
-    auto it = index_.find(key);
-    if (it != index_.end() && it->second.generation == generation) EraseFromIndex(key);
+    const Entry* held = index_.Get(key);
+    if (held != nullptr && held->generation == generation) EraseFromIndex(key);
     counters_.misses.fetch_add(1, std::memory_order_relaxed);
     return Status::NotFound(
         StrCat("rocksdb tier pool ", key.pool.value, ": no block ", id.ToHex()));
@@ -519,17 +539,17 @@ Result<std::string> RocksDbTier::GetBundle(TierPoolId pool, const ContentId& id)
 bool RocksDbTier::Contains(TierPoolId pool, const ContentId& id) {
   if (disabled()) return false;
   MutexLock lock(&mu_);
-  auto it = index_.find(Key{pool, id});
-  return it != index_.end() && it->second.state == EntryState::kReady;
+  const Entry* e = index_.Get(Key{pool, id});
+  return e != nullptr && e->state == EntryState::kReady;
 }
 
 std::vector<ContentId> RocksDbTier::ReadyIds(TierPoolId pool) {
   std::vector<ContentId> out;
   if (disabled()) return out;
   MutexLock lock(&mu_);
-  for (const auto& [key, entry] : index_) {
+  index_.ForEach([&](const Key& key, const Entry& entry) {
     if (key.pool == pool && entry.state == EntryState::kReady) out.push_back(key.id);
-  }
+  });
   return out;
 }
 
@@ -542,7 +562,7 @@ Status RocksDbTier::Erase(TierPoolId pool, const ContentId& id) {
           StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
     }
     const Key key{pool, id};
-    if (index_.find(key) == index_.end()) {
+    if (index_.Find(key) == index_.kNone) {
       return Status::NotFound(StrCat("rocksdb tier pool ", pool.value, ": no block ", id.ToHex()));
     }
     EraseFromIndex(key);

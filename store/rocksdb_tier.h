@@ -85,15 +85,14 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "common/thread_annotations.h"
+#include "pool/eviction_policy.h"
 #include "store/block_bundle.h"
+#include "store/slot_map.h"
 #include "store/tier.h"
 
 namespace rocksdb {
@@ -281,8 +280,9 @@ class RocksDbTier final : public BlockTier {
     friend bool operator==(const Key&, const Key&) = default;
   };
   struct KeyHash {
-    std::size_t operator()(const Key& k) const {
-      return ContentIdHash()(k.id) ^ static_cast<std::size_t>(k.pool.value);
+    std::uint64_t operator()(const Key& k) const {
+      return ContentIdHash()(k.id) ^
+             (static_cast<std::uint64_t>(k.pool.value) * 0x9E3779B97F4A7C15ULL);
     }
   };
   enum class EntryState : std::uint8_t { kWriting, kReady };
@@ -294,16 +294,8 @@ class RocksDbTier final : public BlockTier {
     std::uint64_t generation = 0;  // which put made this entry
     std::uint64_t ack = 0;         // its acknowledgement number (0: loaded at open)
     std::int64_t bytes = 0;
-  };
-  // Eviction order: lowest priority, then lowest sequence, first.
-  struct OrderKey {
-    int priority;
-    std::uint64_t seq;
-    TierPoolId pool;
-    ContentId id;
-    // clang-tidy 14 reads the defaulted <=> as a comparison with literal 0.
-    // NOLINTNEXTLINE(modernize-use-nullptr)
-    friend auto operator<=>(const OrderKey&, const OrderKey&) = default;
+    EvictionEntry slot = 0;  // its slot in index_ (and so in order_)
+    bool dirty = false;      // its sequence is not persisted yet (listed in dirty_)
   };
   // A put reserved in the index, with the victims it displaced.
   struct Reservation {
@@ -360,6 +352,13 @@ class RocksDbTier final : public BlockTier {
   Status DisabledError() const;
   Status PersistRecency() KVMESH_EXCLUDES(mu_);
   void EraseFromIndex(const Key& key) KVMESH_REQUIRES(mu_);
+  // A ready entry joins (leaves) the eviction order; Touch makes it the most recently used of
+  // `priority`, its new sequence to be persisted.
+  void AddToOrder(const Entry& e) KVMESH_REQUIRES(mu_);
+  void RemoveFromOrder(const Entry& e) KVMESH_REQUIRES(mu_);
+  // Adds a new entry to the index (its slot recorded in it); returns it.
+  Entry& AddToIndex(const Key& key, const Entry& e) KVMESH_REQUIRES(mu_);
+  void Touch(const Key& key, Entry& e, int priority) KVMESH_REQUIRES(mu_);
   // Removes the first victim in eviction order from the index; returns it.
   Key EvictOne() KVMESH_REQUIRES(mu_);
   // Writes the deletes of evicted blocks (one batch).
@@ -411,9 +410,15 @@ class RocksDbTier final : public BlockTier {
   std::atomic<std::int64_t> unflushed_bytes_{0};  // bundle bytes put since the last flush began
 
   mutable Mutex mu_;
-  std::unordered_map<Key, Entry, KeyHash> index_ KVMESH_GUARDED_BY(mu_);
-  std::set<OrderKey> order_ KVMESH_GUARDED_BY(mu_);                // ready entries only
-  std::unordered_set<Key, KeyHash> dirty_ KVMESH_GUARDED_BY(mu_);  // sequence not yet persisted
+  SlotMap<Key, Entry, KeyHash> index_ KVMESH_GUARDED_BY(mu_);
+  // Eviction order of the ready entries: lowest priority, then lowest sequence, first — a flat
+  // indexed heap (pool/eviction_policy.h) over the entries' index slots. (A std::set of keys cost
+  // two node allocations and two tree walks per read.)
+  PriorityLruPolicy order_ KVMESH_GUARDED_BY(mu_);
+  // Entries whose sequence is not persisted yet (Entry::dirty set), for PersistRecency; a key may
+  // be listed whose entry left the index since (skipped there). Compacted when it outgrows the
+  // index (an entry erased and put again between two persists is listed twice).
+  std::vector<Key> dirty_ KVMESH_GUARDED_BY(mu_);
   std::deque<std::pair<std::uint64_t, Key>> not_durable_ KVMESH_GUARDED_BY(mu_);  // (ack, key)
   std::int64_t not_durable_entries_ KVMESH_GUARDED_BY(mu_) = 0;
   std::int64_t used_bytes_ KVMESH_GUARDED_BY(mu_) = 0;     // entries in the index, any state

@@ -421,8 +421,7 @@ Status RocksDbTier::LoadIndex() {
         e.generation = next_generation_++;
         e.bytes = p->codec.bundle_bytes();
         max_seq = std::max(max_seq, e.seq);
-        index_.emplace(key, e);
-        order_.insert({e.priority, e.seq, key.pool, key.id});
+        AddToOrder(AddToIndex(key, e));
         used_bytes_ += e.bytes;
         ready_bytes_ += e.bytes;
       }
@@ -452,7 +451,7 @@ Status RocksDbTier::LoadIndex() {
     }
     disk_bytes_.store(static_cast<std::int64_t>(on_disk), std::memory_order_relaxed);
     budget_bytes_.store(LogicalBudget(), std::memory_order_relaxed);
-    while (used_bytes_ > Budget() && !order_.empty()) victims.push_back(EvictOne());
+    while (used_bytes_ > Budget() && order_.size() > 0) victims.push_back(EvictOne());
   }
   return WriteDeletes(victims, "open cleanup");
 }
@@ -462,9 +461,11 @@ Status RocksDbTier::PersistRecency() {
   {
     MutexLock lock(&mu_);
     for (const Key& key : dirty_) {
-      auto it = index_.find(key);
-      if (it == index_.end() || it->second.state != EntryState::kReady) continue;
-      const auto meta = rocksdb_tier::EncodeMeta(it->second.seq, it->second.priority);
+      Entry* e = index_.Get(key);
+      if (e == nullptr || !e->dirty) continue;  // gone, or listed twice
+      e->dirty = false;
+      if (e->state != EntryState::kReady) continue;
+      const auto meta = rocksdb_tier::EncodeMeta(e->seq, e->priority);
       const auto& p = *FindPool(key.pool, kTierDefaultPriority).value();
       batch.Put(p.meta, rocksdb_tier::KeySlice(key.id), rocksdb::Slice(meta.data(), meta.size()))
           .PermitUncheckedError();

@@ -210,9 +210,9 @@ void RocksDbTier::MarkDurable(std::uint64_t ack) {
   while (!not_durable_.empty() && not_durable_.front().first <= ack) {
     const auto [a, key] = not_durable_.front();
     not_durable_.pop_front();
-    auto it = index_.find(key);
-    if (it == index_.end() || it->second.ack != a || it->second.durable) continue;  // gone
-    it->second.durable = true;
+    Entry* e = index_.Get(key);
+    if (e == nullptr || e->ack != a || e->durable) continue;  // gone
+    e->durable = true;
     --not_durable_entries_;
   }
 }
@@ -277,7 +277,7 @@ void RocksDbTier::SampleCapacity() {
     live = ready_bytes_;
     const std::int64_t budget = LogicalBudget();
     budget_bytes_.store(budget, std::memory_order_relaxed);
-    while (used_bytes_ > budget && !order_.empty()) victims.push_back(EvictOne());
+    while (used_bytes_ > budget && order_.size() > 0) victims.push_back(EvictOne());
   }
   WriteDeletes(victims, "evict to budget").IgnoreError();  // a failure disables (logged there)
   if (options_.capacity_bytes >= rocksdb_tier::kMinOnDiskCapacity &&

@@ -184,6 +184,39 @@ TEST(RocksDbTier, CapacityAndEvictionOrderAlsoAfterRestart) {
   EXPECT_TRUE(small_tier->Put(kPool, IdFor(1), src.view(), 0, 35).IsResourceExhausted());
 }
 
+// A block read before a long churn of another (read, erased and put again, over a thousand times
+// before any flush) keeps that read's recency across a restart: the tier's list of recencies to
+// persist, which lists the churned block once per life, is compacted meanwhile without losing it.
+TEST(RocksDbTier, RecencyPersistsThroughTheChurnOfAnotherBlock) {
+  TempDir dir;
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  auto codec = BundleCodec::Create(layout, 1.0f);
+  ASSERT_TRUE(codec.ok());
+  auto o = OptionsFor(dir.path() + "/db", {Small()});
+  o.fixed_budget_bytes = 4 * codec->bundle_bytes();
+  TestPool src(layout, 1, 1.0f), dst(layout, 1, 1.0f);
+  src.Fill(0, 1);
+  {
+    auto tier = OpenTier(o);
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE(tier->Put(kPool, IdFor(i), src.view(), 0, 35).ok());
+    ASSERT_TRUE(tier->Get(kPool, IdFor(0), dst.view(), 0).ok());  // 0: after 1, 2 and 3
+    for (int round = 0; round < 1100; ++round) {                  // 3: read, erased, put again
+      ASSERT_TRUE(tier->Get(kPool, IdFor(3), dst.view(), 0).ok()) << round;
+      ASSERT_TRUE(tier->Erase(kPool, IdFor(3)).ok()) << round;
+      ASSERT_TRUE(tier->Put(kPool, IdFor(3), src.view(), 0, 35).ok()) << round;
+    }
+    EXPECT_EQ(tier->stats().entries, 4);
+  }
+  auto tier = OpenTier(o);
+  EXPECT_EQ(tier->stats().entries, 4);
+  // Oldest first: 1, 2, 0 (its read), 3 (its last put). Had 0's read been lost, 0 would go first.
+  for (int i : {1, 2, 0}) {
+    ASSERT_TRUE(tier->Put(kPool, IdFor(10 + i), src.view(), 0, 35).ok());
+    EXPECT_FALSE(tier->Contains(kPool, IdFor(i))) << i;
+  }
+  EXPECT_TRUE(tier->Contains(kPool, IdFor(3)));
+}
+
 TEST(RocksDbTier, CorruptValuesAreDeletedCountedAndNeverServed) {
   TempDir dir;
   const std::string path = dir.path() + "/db";
