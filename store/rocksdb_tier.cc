@@ -93,15 +93,20 @@ RocksDbTier::Entry& RocksDbTier::AddToIndex(const Key& key, const Entry& e) {
   return added;
 }
 
-void RocksDbTier::AddToOrder(const Entry& e) { order_.Insert(e.slot, e.priority, e.seq); }
+std::uint64_t RocksDbTier::OrderKey(const Entry& e) {
+  KVMESH_DCHECK(e.seq < (std::uint64_t{1} << 56)) << e.seq;
+  return (static_cast<std::uint64_t>(e.priority) << 56) | e.seq;
+}
+
+void RocksDbTier::AddToOrder(const Entry& e) { order_.Push(e.slot, OrderKey(e)); }
 
 void RocksDbTier::RemoveFromOrder(const Entry& e) { order_.Erase(e.slot); }
 
 void RocksDbTier::Touch(const Key& key, Entry& e, int priority) {
-  order_.Erase(e.slot);
+  const bool reprioritised = priority != e.priority;
   e.priority = priority;
   e.seq = next_seq_++;
-  order_.Insert(e.slot, e.priority, e.seq);
+  if (reprioritised) order_.SetKey(e.slot, OrderKey(e));  // else re-keyed lazily (EvictOne)
   if (e.dirty) return;
   e.dirty = true;
   if (dirty_.size() >= 2 * index_.size() + 1024) {  // mostly keys of entries gone meanwhile
@@ -119,7 +124,12 @@ void RocksDbTier::Touch(const Key& key, Entry& e, int priority) {
 }
 
 RocksDbTier::Key RocksDbTier::EvictOne() {
-  const EvictionEntry slot = *order_.Victim();
+  EvictionEntry slot = *order_.Top();
+  for (std::uint64_t now = OrderKey(index_.value(slot)); order_.KeyOf(slot) != now;
+       now = OrderKey(index_.value(slot))) {
+    order_.SetKey(slot, now);  // read since it was keyed: its true place, then the next top
+    slot = *order_.Top();
+  }
   const Key key = index_.key(slot);
   counters_.evictions.fetch_add(1, std::memory_order_relaxed);
   counters_.eviction_bytes.fetch_add(index_.value(slot).bytes, std::memory_order_relaxed);

@@ -90,7 +90,7 @@
 #include <vector>
 
 #include "common/thread_annotations.h"
-#include "pool/eviction_policy.h"
+#include "pool/entry_heap.h"
 #include "store/block_bundle.h"
 #include "store/slot_map.h"
 #include "store/tier.h"
@@ -354,6 +354,7 @@ class RocksDbTier final : public BlockTier {
   void EraseFromIndex(const Key& key) KVMESH_REQUIRES(mu_);
   // A ready entry joins (leaves) the eviction order; Touch makes it the most recently used of
   // `priority`, its new sequence to be persisted.
+  static std::uint64_t OrderKey(const Entry& e);
   void AddToOrder(const Entry& e) KVMESH_REQUIRES(mu_);
   void RemoveFromOrder(const Entry& e) KVMESH_REQUIRES(mu_);
   // Adds a new entry to the index (its slot recorded in it); returns it.
@@ -412,9 +413,12 @@ class RocksDbTier final : public BlockTier {
   mutable Mutex mu_;
   SlotMap<Key, Entry, KeyHash> index_ KVMESH_GUARDED_BY(mu_);
   // Eviction order of the ready entries: lowest priority, then lowest sequence, first — a flat
-  // indexed heap (pool/eviction_policy.h) over the entries' index slots. (A std::set of keys cost
-  // two node allocations and two tree walks per read.)
-  PriorityLruPolicy order_ KVMESH_GUARDED_BY(mu_);
+  // indexed heap (pool/entry_heap.h) over the entries' index slots, keyed by OrderKey. A read
+  // leaves an entry's heap key as it was (older than its sequence now: a lower bound, never
+  // above the true key); EvictOne re-keys a stale top and looks again, so the victim is exactly
+  // the lowest (priority, sequence), and a block read many times between two evictions costs one
+  // re-key instead of a heap update per read. A change of priority re-keys at once.
+  EntryHeap order_ KVMESH_GUARDED_BY(mu_);
   // Entries whose sequence is not persisted yet (Entry::dirty set), for PersistRecency; a key may
   // be listed whose entry left the index since (skipped there). Compacted when it outgrows the
   // index (an entry erased and put again between two persists is listed twice).

@@ -8,8 +8,10 @@
 #include <rocksdb/db.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
+#include <random>
 
 #include "tests/store/fault_injection_fs.h"
 #include "tests/store/rocksdb_test_util.h"
@@ -215,6 +217,56 @@ TEST(RocksDbTier, RecencyPersistsThroughTheChurnOfAnotherBlock) {
     EXPECT_FALSE(tier->Contains(kPool, IdFor(i))) << i;
   }
   EXPECT_TRUE(tier->Contains(kPool, IdFor(3)));
+}
+
+// The eviction order under random puts (new blocks and puts of held ones at a new priority),
+// reads and erases is exactly a model's: the lowest priority first, then the least recently put
+// or read. Reads re-key the tier's heap lazily (at eviction), so this checks that a block read
+// many times is ordered by its last read and that a lowered priority takes effect at once.
+TEST(RocksDbTier, EvictionOrderMatchesAModelUnderRandomReadsPutsAndErases) {
+  TempDir dir;
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  auto codec = BundleCodec::Create(layout, 1.0f);
+  ASSERT_TRUE(codec.ok());
+  constexpr int kBudgetBlocks = 8;
+  auto o = OptionsFor(dir.path() + "/db", {Small()});
+  o.fixed_budget_bytes = kBudgetBlocks * codec->bundle_bytes();
+  auto tier = OpenTier(o);
+  TestPool src(layout, 1, 1.0f), dst(layout, 1, 1.0f);
+  src.Fill(0, 1);
+  std::map<int, std::pair<int, std::uint64_t>> model;  // id -> (priority, last use)
+  std::uint64_t clock = 0;
+  std::mt19937 rng(11);
+  int evictions = 0;
+  for (int step = 0; step < 3000; ++step) {
+    const int id = static_cast<int>(rng() % 24);
+    const bool held = model.contains(id);
+    const unsigned op = rng() % 8;
+    if (op < 3) {  // put: a new block, or a held one at a (maybe) new priority
+      const int priority = std::array{10, 35, 35, 60}[rng() % 4];
+      if (!held && model.size() == kBudgetBlocks) {
+        const auto victim = std::min_element(model.begin(), model.end(),
+                                             [](auto& a, auto& b) { return a.second < b.second; });
+        model.erase(victim);
+        ++evictions;
+      }
+      ASSERT_TRUE(tier->Put(kPool, IdFor(id), src.view(), 0, priority).ok()) << step;
+      model[id] = {priority, ++clock};
+    } else if (op < 7) {  // read
+      const Status st = tier->Get(kPool, IdFor(id), dst.view(), 0);
+      ASSERT_EQ(st.ok(), held) << step << " " << st;
+      if (held) model[id].second = ++clock;
+    } else if (held) {
+      ASSERT_TRUE(tier->Erase(kPool, IdFor(id)).ok()) << step;
+      model.erase(id);
+    }
+    for (int i = 0; i < 24; ++i) {
+      ASSERT_EQ(tier->Contains(kPool, IdFor(i)), model.contains(i))
+          << "step " << step << " id " << i;
+    }
+  }
+  EXPECT_EQ(tier->stats().evictions, evictions);
+  EXPECT_GT(evictions, 300);
 }
 
 TEST(RocksDbTier, CorruptValuesAreDeletedCountedAndNeverServed) {
