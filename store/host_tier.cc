@@ -158,13 +158,13 @@ void HostTier::PinForRestore(TierPoolId pool, std::span<const ContentId> ids, Re
   pins.tier_ = this;
   MutexLock lock(&shard.mu);
   for (const ContentId& id : ids) {
-    auto it = shard.index.find(id);
-    if (it == shard.index.end()) continue;
-    const Slot& s = shard.slots[it->second];
+    const std::int32_t slot = shard.Lookup(id);
+    if (slot < 0) continue;
+    const Slot& s = shard.slots[slot];
     // A spilling victim is on its way to the tier below (and its put waits for its readers).
     if (s.state != SlotState::kReady || s.spilling) continue;
-    PinSlot(shard, it->second);
-    pins.slots_.emplace_back(&shard, it->second);
+    PinSlot(shard, slot);
+    pins.slots_.emplace_back(&shard, slot);
   }
 }
 
@@ -214,13 +214,13 @@ void HostTier::EraseSlot(Shard& shard, std::int32_t slot) {
   Slot& s = shard.slots[slot];
   KVMESH_CHECK(!s.erase_pending && !s.victim_erased);
   if (s.spilling) {  // the put that chose it as victim gives the slot away when the sink returns
-    shard.index.erase(s.id);
+    shard.IndexErase(s.id);
     counters_.entries.fetch_sub(1, std::memory_order_relaxed);
     counters_.used_bytes.fetch_sub(shard.codec.bundle_bytes(), std::memory_order_relaxed);
     s.victim_erased = true;
     return;
   }
-  shard.index.erase(s.id);
+  shard.IndexErase(s.id);
   if (s.state == SlotState::kReady) {
     counters_.entries.fetch_sub(1, std::memory_order_relaxed);
     counters_.used_bytes.fetch_sub(shard.codec.bundle_bytes(), std::memory_order_relaxed);
@@ -238,14 +238,15 @@ Result<HostTier::Reservation> HostTier::Reserve(Shard& shard, const ContentId& i
   r.id = id;
   r.priority = priority;
   MutexLock lock(&shard.mu);
-  if (auto it = shard.index.find(id); it != shard.index.end() || shard.incoming.contains(id)) {
-    if (it != shard.index.end()) {
-      Slot& s = shard.slots[it->second];
-      if (s.state == SlotState::kReady && shard.policy->Contains(it->second)) {
-        RemoveEvictable(shard, it->second);
-        shard.policy->OnAcquire(it->second);
+  if (const std::int32_t held = shard.Lookup(id); held >= 0 || shard.incoming.contains(id)) {
+    if (held >= 0) {
+      Slot& s = shard.slots[held];
+      const auto entry = static_cast<EvictionEntry>(held);
+      if (s.state == SlotState::kReady && shard.policy->Contains(entry)) {
+        RemoveEvictable(shard, held);
+        shard.policy->OnAcquire(entry);
         s.priority = priority;
-        MakeEvictable(shard, it->second);  // most recently used
+        MakeEvictable(shard, held);  // most recently used
       } else if (s.state == SlotState::kReady) {
         s.priority = priority;  // pinned by a reader: back into the lists at its new priority
       }
@@ -263,7 +264,7 @@ Result<HostTier::Reservation> HostTier::Reserve(Shard& shard, const ContentId& i
     s.priority = priority;
     s.pins = 0;
     s.erase_pending = false;
-    shard.index[id] = r.slot;
+    shard.IndexSet(id, r.slot);
     shard.policy->OnAdmit(static_cast<EvictionEntry>(r.slot), ContentIdHash{}(id), /*depth=*/0);
     return r;
   }
@@ -309,7 +310,7 @@ void HostTier::Spill(Shard& shard, Reservation& r) {
   AwaitCondition(shard.cv, shard.mu,
                  [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return s.pins == 0; });
   if (!s.victim_erased) {
-    shard.index.erase(s.id);
+    shard.IndexErase(s.id);
     counters_.entries.fetch_sub(1, std::memory_order_relaxed);
     counters_.used_bytes.fetch_sub(shard.codec.bundle_bytes(), std::memory_order_relaxed);
   }
@@ -323,7 +324,7 @@ void HostTier::Spill(Shard& shard, Reservation& r) {
   s.priority = r.priority;
   s.pins = 0;
   s.erase_pending = erased;  // erased while its victim spilled: freed when published
-  if (!erased) shard.index[r.id] = r.slot;
+  if (!erased) shard.IndexSet(r.id, r.slot);
   shard.policy->OnAdmit(static_cast<EvictionEntry>(r.slot), ContentIdHash{}(r.id), /*depth=*/0);
 }
 
@@ -346,7 +347,7 @@ void HostTier::Publish(Shard& shard, std::int32_t slot) {
 void HostTier::Abandon(Shard& shard, std::int32_t slot) {
   MutexLock lock(&shard.mu);
   Slot& s = shard.slots[slot];
-  if (!s.erase_pending) shard.index.erase(s.id);
+  if (!s.erase_pending) shard.IndexErase(s.id);
   FreeSlot(shard, slot);
 }
 
@@ -439,12 +440,11 @@ Status HostTier::Read(TierPoolId pool, const ContentId& id, const KvPoolView& ds
   std::int32_t slot = -1;
   {
     MutexLock lock(&shard->mu);
-    auto it = shard->index.find(id);
-    if (it == shard->index.end() || shard->slots[it->second].state != SlotState::kReady) {
+    slot = shard->Lookup(id);
+    if (slot < 0 || shard->slots[slot].state != SlotState::kReady) {
       counters_.misses.fetch_add(1, std::memory_order_relaxed);
       return Status::NotFound(StrCat("host tier pool ", pool.value, ": no block ", id.ToHex()));
     }
-    slot = it->second;
     PinSlot(*shard, slot);
   }
   // Pinned: the slot is neither evicted nor reused while it is verified and copied out.
@@ -487,8 +487,8 @@ bool HostTier::Contains(TierPoolId pool, const ContentId& id) {
   auto shard = FindShard(pool, kTierDefaultPriority);
   if (!shard.ok()) return false;
   MutexLock lock(&(*shard)->mu);
-  auto it = (*shard)->index.find(id);
-  return it != (*shard)->index.end() && (*shard)->slots[it->second].state == SlotState::kReady;
+  const std::int32_t slot = (*shard)->Lookup(id);
+  return slot >= 0 && (*shard)->slots[slot].state == SlotState::kReady;
 }
 
 std::vector<ContentId> HostTier::ReadyIds(TierPoolId pool) {
@@ -496,9 +496,13 @@ std::vector<ContentId> HostTier::ReadyIds(TierPoolId pool) {
   auto shard = FindShard(pool, kTierDefaultPriority);
   if (!shard.ok()) return out;
   MutexLock lock(&(*shard)->mu);
-  out.reserve((*shard)->index.size());
-  for (const auto& [id, slot] : (*shard)->index) {
-    if ((*shard)->slots[slot].state == SlotState::kReady) out.push_back(id);
+  const Shard& sh = **shard;
+  out.reserve(sh.index.size());
+  for (std::size_t i = 0; i < sh.slots.size(); ++i) {
+    const Slot& s = sh.slots[i];
+    if (s.state == SlotState::kReady && sh.Lookup(s.id) == static_cast<std::int32_t>(i)) {
+      out.push_back(s.id);
+    }
   }
   return out;
 }
@@ -506,8 +510,8 @@ std::vector<ContentId> HostTier::ReadyIds(TierPoolId pool) {
 Status HostTier::Erase(TierPoolId pool, const ContentId& id) {
   KVMESH_ASSIGN_OR_RETURN(Shard * shard, FindShard(pool, kTierDefaultPriority));
   MutexLock lock(&shard->mu);
-  auto it = shard->index.find(id);
-  if (it == shard->index.end()) {
+  const std::int32_t slot = shard->Lookup(id);
+  if (slot < 0) {
     if (auto in = shard->incoming.find(id); in != shard->incoming.end() && !in->second) {
       in->second = true;  // being written while its slot's victim spills
       counters_.erases.fetch_add(1, std::memory_order_relaxed);
@@ -515,7 +519,7 @@ Status HostTier::Erase(TierPoolId pool, const ContentId& id) {
     }
     return Status::NotFound(StrCat("host tier pool ", pool.value, ": no block ", id.ToHex()));
   }
-  EraseSlot(*shard, it->second);
+  EraseSlot(*shard, slot);
   counters_.erases.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
@@ -524,11 +528,9 @@ std::span<std::byte> HostTier::SlotBytesForTesting(TierPoolId pool, const Conten
   auto shard = FindShard(pool, kTierDefaultPriority);
   if (!shard.ok()) return {};
   MutexLock lock(&(*shard)->mu);
-  auto it = (*shard)->index.find(id);
-  if (it == (*shard)->index.end() || (*shard)->slots[it->second].state != SlotState::kReady) {
-    return {};
-  }
-  return {SlotData(**shard, it->second), static_cast<std::size_t>((*shard)->codec.bundle_bytes())};
+  const std::int32_t slot = (*shard)->Lookup(id);
+  if (slot < 0 || (*shard)->slots[slot].state != SlotState::kReady) return {};
+  return {SlotData(**shard, slot), static_cast<std::size_t>((*shard)->codec.bundle_bytes())};
 }
 
 TierStats HostTier::stats() const {

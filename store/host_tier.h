@@ -58,6 +58,7 @@
 
 #include "common/thread_annotations.h"
 #include "pool/eviction_policy.h"
+#include "pool/flat_node_index.h"
 #include "store/block_bundle.h"
 #include "store/host_memory.h"
 #include "store/tier.h"
@@ -178,7 +179,26 @@ class HostTier final : public BlockTier {
     // Evictable slots (ready, unpinned), in eviction order; told of every slot's puts and gets.
     std::unique_ptr<EvictionPolicy> policy KVMESH_GUARDED_BY(mu);
     std::uint64_t stamp KVMESH_GUARDED_BY(mu) = 0;  // use stamps for the policy
-    std::unordered_map<ContentId, std::int32_t, ContentIdHash> index KVMESH_GUARDED_BY(mu);
+    // Content id -> slot: a flat open-addressing index (pool/flat_node_index.h) whose lookups
+    // compare the id the slot holds (a slot in the index always holds the id it is found by).
+    FlatNodeIndex index KVMESH_GUARDED_BY(mu);
+    // The slot holding `id` in the index, or -1.
+    std::int32_t Lookup(const ContentId& id) const KVMESH_REQUIRES(mu) {
+      const std::uint32_t s =
+          index.Find(ContentIdHash()(id), [&](std::uint32_t c) { return slots[c].id == id; });
+      return s == FlatNodeIndex::kEmpty ? -1 : static_cast<std::int32_t>(s);
+    }
+    // `id` -> `slot`, replacing any slot it had.
+    void IndexSet(const ContentId& id, std::int32_t slot) KVMESH_REQUIRES(mu) {
+      IndexErase(id);
+      index.Insert(ContentIdHash()(id), static_cast<std::uint32_t>(slot));
+    }
+    // Removes `id` from the index if it is there.
+    void IndexErase(const ContentId& id) KVMESH_REQUIRES(mu) {
+      if (const std::int32_t s = Lookup(id); s >= 0) {
+        index.Erase(ContentIdHash()(id), static_cast<std::uint32_t>(s));
+      }
+    }
     // Puts whose slot's victim is spilling: reserved (a second put of the id copies nothing), not
     // yet in the index. An erase of one removes it (the put then frees its slot on publishing).
     std::unordered_map<ContentId, bool, ContentIdHash> incoming KVMESH_GUARDED_BY(mu);
