@@ -5,8 +5,8 @@
 // tombstones), power-of-two capacity, load factor at most 1/2. Insert and Erase are amortised
 // O(1) and allocate only when the table grows.
 //
-// Used by pool/ (prefix tree, ghost table) and store/slot_map.h. Thread safety: externally
-// synchronised.
+// Used by pool/ (prefix tree, ghost table) and store/ (slot_map.h, the host tier). Thread safety:
+// externally synchronised.
 #pragma once
 
 #include <cstdint>
