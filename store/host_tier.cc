@@ -495,8 +495,8 @@ std::vector<ContentId> HostTier::ReadyIds(TierPoolId pool) {
   std::vector<ContentId> out;
   auto shard = FindShard(pool, kTierDefaultPriority);
   if (!shard.ok()) return out;
-  MutexLock lock(&(*shard)->mu);
-  const Shard& sh = **shard;
+  Shard& sh = **shard;
+  MutexLock lock(&sh.mu);
   out.reserve(sh.index.size());
   for (std::size_t i = 0; i < sh.slots.size(); ++i) {
     const Slot& s = sh.slots[i];
