@@ -44,6 +44,25 @@ std::unique_ptr<RocksDbTier> OpenTier(const RocksDbTierOptions& o) {
 
 using store_test::RawDb;
 
+// A tier of the small shape in a fresh folder whose budget holds `blocks` bundles, with a
+// one-block source pool (filled) and destination pool.
+struct BudgetedTier {
+  explicit BudgetedTier(int blocks)
+      : layout(LayoutOf(Small().geometry)),
+        bundle_bytes(BundleCodec::Create(layout, 1.0f).value().bundle_bytes()),
+        options(OptionsFor(dir.path() + "/db", {Small()})),
+        src(layout, 1, 1.0f),
+        dst(layout, 1, 1.0f) {
+    options.fixed_budget_bytes = blocks * bundle_bytes;
+    src.Fill(0, 1);
+  }
+  TempDir dir;
+  KvPoolLayout layout;
+  std::int64_t bundle_bytes;
+  RocksDbTierOptions options;
+  TestPool src, dst;
+};
+
 TEST(RocksDbTier, RoundTripEveryPool) {
   TempDir dir;
   const auto shapes = store_test::TierShapes();
@@ -146,14 +165,10 @@ TEST(RocksDbTier, RestartWithAnotherGeometryDoesNotReadOldBlocks) {
 }
 
 TEST(RocksDbTier, CapacityAndEvictionOrderAlsoAfterRestart) {
-  TempDir dir;
-  const KvPoolLayout layout = LayoutOf(Small().geometry);
-  auto codec = BundleCodec::Create(layout, 1.0f);
-  ASSERT_TRUE(codec.ok());
-  auto o = OptionsFor(dir.path() + "/db", {Small()});
-  o.fixed_budget_bytes = 4 * codec->bundle_bytes();
-  TestPool src(layout, 1, 1.0f), dst(layout, 1, 1.0f);
-  src.Fill(0, 1);
+  BudgetedTier t(4);
+  const RocksDbTierOptions& o = t.options;
+  TestPool& src = t.src;
+  TestPool& dst = t.dst;
   {
     auto tier = OpenTier(o);
     auto put = [&](int i, int prio) {
@@ -172,7 +187,7 @@ TEST(RocksDbTier, CapacityAndEvictionOrderAlsoAfterRestart) {
     // 0 used again: its last use (kept in memory) is written at close.
     ASSERT_TRUE(tier->Get(kPool, IdFor(0), dst.view(), 0).ok());
     EXPECT_EQ(tier->stats().evictions, 2);
-    EXPECT_EQ(tier->stats().used_bytes, 4 * codec->bundle_bytes());
+    EXPECT_EQ(tier->stats().used_bytes, 4 * t.bundle_bytes);
   }
   auto tier = OpenTier(o);
   EXPECT_EQ(tier->stats().entries, 4);
@@ -180,8 +195,8 @@ TEST(RocksDbTier, CapacityAndEvictionOrderAlsoAfterRestart) {
   EXPECT_FALSE(tier->Contains(kPool, IdFor(4)));
   for (int i : {0, 3, 5, 6}) EXPECT_TRUE(tier->Contains(kPool, IdFor(i))) << i;
 
-  auto tiny = OptionsFor(dir.path() + "/tiny", {Small()});
-  tiny.fixed_budget_bytes = codec->bundle_bytes() - 1;
+  auto tiny = OptionsFor(t.dir.path() + "/tiny", {Small()});
+  tiny.fixed_budget_bytes = t.bundle_bytes - 1;
   auto small_tier = OpenTier(tiny);
   EXPECT_TRUE(small_tier->Put(kPool, IdFor(1), src.view(), 0, 35).IsResourceExhausted());
 }
@@ -190,14 +205,10 @@ TEST(RocksDbTier, CapacityAndEvictionOrderAlsoAfterRestart) {
 // before any flush) keeps that read's recency across a restart: the tier's list of recencies to
 // persist, which lists the churned block once per life, is compacted meanwhile without losing it.
 TEST(RocksDbTier, RecencyPersistsThroughTheChurnOfAnotherBlock) {
-  TempDir dir;
-  const KvPoolLayout layout = LayoutOf(Small().geometry);
-  auto codec = BundleCodec::Create(layout, 1.0f);
-  ASSERT_TRUE(codec.ok());
-  auto o = OptionsFor(dir.path() + "/db", {Small()});
-  o.fixed_budget_bytes = 4 * codec->bundle_bytes();
-  TestPool src(layout, 1, 1.0f), dst(layout, 1, 1.0f);
-  src.Fill(0, 1);
+  BudgetedTier t(4);
+  const RocksDbTierOptions& o = t.options;
+  TestPool& src = t.src;
+  TestPool& dst = t.dst;
   {
     auto tier = OpenTier(o);
     for (int i = 0; i < 4; ++i) ASSERT_TRUE(tier->Put(kPool, IdFor(i), src.view(), 0, 35).ok());
@@ -224,16 +235,11 @@ TEST(RocksDbTier, RecencyPersistsThroughTheChurnOfAnotherBlock) {
 // or read. Reads re-key the tier's heap lazily (at eviction), so this checks that a block read
 // many times is ordered by its last read and that a lowered priority takes effect at once.
 TEST(RocksDbTier, EvictionOrderMatchesAModelUnderRandomReadsPutsAndErases) {
-  TempDir dir;
-  const KvPoolLayout layout = LayoutOf(Small().geometry);
-  auto codec = BundleCodec::Create(layout, 1.0f);
-  ASSERT_TRUE(codec.ok());
   constexpr int kBudgetBlocks = 8;
-  auto o = OptionsFor(dir.path() + "/db", {Small()});
-  o.fixed_budget_bytes = kBudgetBlocks * codec->bundle_bytes();
-  auto tier = OpenTier(o);
-  TestPool src(layout, 1, 1.0f), dst(layout, 1, 1.0f);
-  src.Fill(0, 1);
+  BudgetedTier t(kBudgetBlocks);
+  auto tier = OpenTier(t.options);
+  TestPool& src = t.src;
+  TestPool& dst = t.dst;
   std::map<int, std::pair<int, std::uint64_t>> model;  // id -> (priority, last use)
   std::uint64_t clock = 0;
   std::mt19937 rng(11);
