@@ -213,6 +213,8 @@ ControlServerStats ControlServer::stats() const {
   s.requests_failed = impl_->requests_failed.load();
   s.requests_rejected = impl_->requests_rejected.load();
   s.requests_inline = impl_->requests_inline.load();
+  s.busy_poll_hits = impl_->busy_poll_hits.load();
+  s.busy_poll_seconds = static_cast<double>(impl_->busy_poll_ns.load()) / 1e9;
   s.bad_frames = impl_->bad_frames.load();
   s.inflight = impl_->inflight.load();
   return s;

@@ -31,6 +31,20 @@
 // thread: the two hand-offs (io -> worker -> io), two of the four thread wake-ups of a request,
 // are saved. Its order, limits, deadline and accounting are those of a pooled request.
 //
+// Busy polling (busy_poll > 0; off by default, see docs/kvnode.md for when it pays): after a
+// request of an engine (a Unix-socket connection) ran inline and its answer was written, the io
+// thread polls that connection (a non-blocking peek at its socket) for up to busy_poll before it
+// goes back to waiting for every socket, and reads the next request at once if it came. An engine
+// calls the node in bursts (Admit, StoreFullBlocks, AppendTokens, Release of a scheduling step),
+// each call sent as soon as the answer to the one before came: the next request is then read by a
+// thread that is already running instead of one woken from epoll_wait (docs/kvnode.md, "The control
+// plane"). Only a connection that is sending back to back is polled (its last request came within
+// busy_poll of the answer before it), and never a TCP one (kvctl, peers), where many clients would
+// take turns holding the inline slot. The poll holds an inline slot, so at least one io thread
+// still serves every other socket. The price is CPU: up to busy_poll of an io thread after the last
+// request of a burst; nothing while the node is idle (stats: busy_poll_hits, the requests found so;
+// busy_poll_seconds, the time spent polling). 0: off.
+//
 // Shutdown: StopAccepting() closes the listeners and makes new requests fail with
 // kPeerUnreachable; WaitIdle(deadline) waits for in-flight requests; Stop() closes every
 // connection (their CloseSession runs), then joins the threads. The destructor calls Stop().
@@ -64,6 +78,9 @@ struct ControlServerOptions {
   std::int32_t io_threads = 2;
   std::int32_t worker_threads = 4;
   std::chrono::milliseconds event_poll_interval{20};
+  // How long an io thread polls a connection for its next request after answering one inline
+  // (see above); >= 0, 0 = off.
+  std::chrono::microseconds busy_poll{0};
 };
 
 struct ControlServerStats {
@@ -77,6 +94,10 @@ struct ControlServerStats {
   std::int64_t bad_frames = 0;           // headers, payloads or message types refused
   std::int64_t inflight = 0;             // requests accepted and not yet answered
   std::int64_t requests_inline = 0;      // run on the io thread that read them (no hand-off)
+  // Busy polling: requests whose arrival a polling io thread saw (read without a wake-up), and
+  // the seconds io threads spent polling (CPU), found or not.
+  std::int64_t busy_poll_hits = 0;
+  double busy_poll_seconds = 0;
 };
 
 class ControlServer {

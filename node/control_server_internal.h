@@ -72,7 +72,7 @@ class ControlServer::Impl {
 
   std::atomic<std::int64_t> connections{0}, sessions_opened{0}, auth_failures{0},
       connections_refused{0}, requests_total{0}, requests_failed{0}, requests_rejected{0},
-      bad_frames{0}, inflight{0}, requests_inline{0};
+      bad_frames{0}, inflight{0}, requests_inline{0}, busy_poll_hits{0}, busy_poll_ns{0};
   // io threads that may run a request where it was read (Session::OnReadyFrame): io_threads - 1,
   // so that one io thread is always free to serve the sockets.
   std::atomic<std::int32_t> inline_slots{0};

@@ -154,6 +154,7 @@ ControlServerOptions ServerOptions(const NodeConfig& c, std::string node_id, std
   o.max_inflight_total = c.control.max_inflight_total;
   o.io_threads = c.control.io_threads;
   o.worker_threads = c.control.worker_threads;
+  o.busy_poll = std::chrono::microseconds(c.control.busy_poll_us);
   return o;
 }
 

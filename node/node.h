@@ -96,6 +96,8 @@ class Node {
   [[nodiscard]] const std::string& unix_socket() const { return description_.unix_socket; }
   // The metrics endpoint as bound ("127.0.0.1:9470"); empty when metrics.listen is "".
   [[nodiscard]] const std::string& metrics_address() const { return description_.metrics_listen; }
+  // The control plane's counters (connections, requests, busy polling).
+  [[nodiscard]] ControlServerStats control_stats() const { return server_->stats(); }
   EngineService& service() { return *service_; }
   // The cluster (cluster.membership other than none; else null): the member table membership
   // keeps, and the prefix directory as the PrefixLocator remote fetch and routing use.

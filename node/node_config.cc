@@ -22,6 +22,7 @@ namespace node_config_internal {
 namespace {
 
 constexpr std::int64_t kMaxFrameSizeLimit = std::int64_t{1} << 30;
+constexpr std::int32_t kMaxBusyPollUs = 10000;
 constexpr int kMaxOffloadMinPriority = kMaxPriority + 1;  // 101: nothing is offloaded
 constexpr std::size_t kMinSecretBytes = 16;
 // sun_path holds the path and its terminating NUL.
@@ -202,6 +203,10 @@ Problem CheckControl(const NodeConfig& config) {
       {"worker_threads", c.worker_threads}};
   for (const auto& [name, value] : limits) {
     if (value < 1) return At(StrCat("control.", name), StrCat(value, " must be at least 1"));
+  }
+  if (c.busy_poll_us < 0 || c.busy_poll_us > kMaxBusyPollUs) {
+    return At("control.busy_poll_us",
+              StrCat(c.busy_poll_us, " is not in 0..", kMaxBusyPollUs, " microseconds"));
   }
   return std::nullopt;
 }

@@ -17,7 +17,8 @@
 //   disk_tier    enabled, path, capacity
 //   control      unix_socket, tcp_listen, secret, secret_env, secret_file, max_frame_size,
 //                handshake_timeout, idle_timeout, request_timeout, max_connections,
-//                max_inflight_per_connection, max_inflight_total, io_threads, worker_threads
+//                max_inflight_per_connection, max_inflight_total, io_threads, worker_threads,
+//                busy_poll_us
 //   metrics      listen
 //   shutdown     drain_timeout, flush_to_disk
 //   peer         enabled, fetch_deadline, staging_size, ucx_tls, ucx_net_devices
@@ -122,6 +123,9 @@ struct ControlSection {
   std::int32_t max_inflight_total = 1024;
   std::int32_t io_threads = 2;
   std::int32_t worker_threads = 4;
+  // Microseconds an io thread polls an engine's connection for its next request after answering
+  // one (ControlServerOptions::busy_poll); 0..10000, 0 = off.
+  std::int32_t busy_poll_us = 0;
   friend bool operator==(const ControlSection&, const ControlSection&) = default;
 };
 

@@ -374,6 +374,8 @@ const Field kControlFields[] = {
     {"io_threads", [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.control.io_threads); }},
     {"worker_threads",
      [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.control.worker_threads); }},
+    {"busy_poll_us",
+     [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.control.busy_poll_us); }},
 };
 
 const Field kMetricsFields[] = {

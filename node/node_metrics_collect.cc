@@ -248,6 +248,13 @@ void CollectControl(const ControlServer& server, Families& f) {
         static_cast<double>(s.requests_rejected));
   f.One("kvmesh_control_bad_frames_total", "Frames refused: headers, payloads, message types.",
         MetricType::kCounter, static_cast<double>(s.bad_frames));
+  f.One("kvmesh_control_busy_poll_hits_total",
+        "Requests an io thread found by busy polling their connection after answering the one "
+        "before (control.busy_poll_us): read without a thread wake-up.",
+        MetricType::kCounter, static_cast<double>(s.busy_poll_hits));
+  f.One("kvmesh_control_busy_poll_seconds_total",
+        "Time io threads spent busy polling connections, found or not: the CPU it costs.",
+        MetricType::kCounter, s.busy_poll_seconds);
 }
 
 }  // namespace

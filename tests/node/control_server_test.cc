@@ -47,7 +47,7 @@ class SleepyHandler final : public RequestHandler {
 
 class ControlServerTest : public ::testing::Test {
  protected:
-  void Start(int io_threads) {
+  void Start(int io_threads, std::chrono::microseconds busy_poll = {}) {
     ControlServerOptions o;
     o.node_id = "test";
     o.secret = kSecret;
@@ -57,6 +57,7 @@ class ControlServerTest : public ::testing::Test {
     std::filesystem::remove(o.unix_socket);
     o.io_threads = io_threads;
     o.worker_threads = 2;
+    o.busy_poll = busy_poll;
     socket_ = o.unix_socket;
     auto s = ControlServer::Start(o, &handler_);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -98,6 +99,68 @@ TEST_F(ControlServerTest, OneIoThreadRunsNothingInline) {
   const std::vector<Token> t = {1, 2, 3};
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->Lookup(t).ok());
   EXPECT_EQ(server_->stats().requests_inline, 0);
+}
+
+// Busy polling: after answering a request inline, the io thread polls the connection for the next
+// one while the connection sends back to back, so such requests are found without a wake-up
+// (counted); once the connection is quiet nothing polls (the time stops growing), and a request
+// that comes after a pause is not followed by a poll. Without it, nothing is counted.
+TEST_F(ControlServerTest, BusyPollingFindsBackToBackRequestsAndStopsWhenQuiet) {
+  // Long against the client's turnaround, so that even a sanitizer build's next request comes
+  // within it.
+  constexpr std::chrono::milliseconds kWindow{200};
+  Start(/*io_threads=*/2, kWindow);
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  const std::vector<Token> t = {1, 2, 3};
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(c->Lookup(t).ok());
+  const ControlServerStats busy = server_->stats();
+  EXPECT_EQ(busy.requests_inline, 20);
+  // The first request has no answer before it and the second's gap is measured, so the polls
+  // after the second to the nineteenth find the third to the twentieth.
+  EXPECT_EQ(busy.busy_poll_hits, 18);
+  // Quiet: the poll after the last answer ends within kWindow.
+  std::this_thread::sleep_for(2 * kWindow);
+  const ControlServerStats quiet1 = server_->stats();
+  std::this_thread::sleep_for(2 * kWindow);
+  const ControlServerStats quiet2 = server_->stats();
+  EXPECT_GE(quiet1.busy_poll_seconds, 0.8 * std::chrono::duration<double>(kWindow).count());
+  EXPECT_EQ(quiet2.busy_poll_seconds, quiet1.busy_poll_seconds) << "an io thread kept polling";
+  EXPECT_EQ(quiet2.busy_poll_hits, 18);
+  // After the pause: a request that came late is not followed by a poll.
+  ASSERT_TRUE(c->Lookup(t).ok());
+  std::this_thread::sleep_for(2 * kWindow);
+  EXPECT_EQ(server_->stats().busy_poll_seconds, quiet2.busy_poll_seconds);
+  // A client that closes while the node polls its connection: the poll ends, the close is seen.
+  ASSERT_TRUE(c->Lookup(t).ok());  // back to back again: polled after
+  c.reset();
+  const auto closed_at = Steady::now();
+  while (server_->stats().connections > 0 && Steady::now() - closed_at < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(server_->stats().connections, 0);
+  EXPECT_LT(Steady::now() - closed_at, kWindow) << "the poll did not notice the close";
+}
+
+TEST_F(ControlServerTest, WithoutBusyPollingNothingIsPolled) {
+  Start(/*io_threads=*/2);
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  const std::vector<Token> t = {1, 2, 3};
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(c->Lookup(t).ok());
+  const ControlServerStats s = server_->stats();
+  EXPECT_EQ(s.busy_poll_hits, 0);
+  EXPECT_EQ(s.busy_poll_seconds, 0.0);
+}
+
+// With one io thread nothing runs inline, so nothing polls (an io thread must stay free).
+TEST_F(ControlServerTest, OneIoThreadNeverPolls) {
+  Start(/*io_threads=*/1, std::chrono::milliseconds(200));
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  const std::vector<Token> t = {1, 2, 3};
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(c->Lookup(t).ok());
+  EXPECT_EQ(server_->stats().busy_poll_seconds, 0.0);
 }
 
 // The slow request takes the only inline slot and its io thread; the other io thread serves a

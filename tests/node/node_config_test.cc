@@ -100,6 +100,7 @@ control:
   max_inflight_total: 80
   io_threads: 1
   worker_threads: 16
+  busy_poll_us: 150
 metrics:
   listen: "0.0.0.0:9100"
 shutdown:
@@ -168,6 +169,7 @@ NodeConfig EveryKeyExpected() {
   k.max_inflight_total = 80;
   k.io_threads = 1;
   k.worker_threads = 16;
+  k.busy_poll_us = 150;
   e.metrics.listen = "0.0.0.0:9100";
   e.shutdown = {std::chrono::milliseconds(1500), false};
   e.peer = {true, std::chrono::milliseconds(750), 16ll << 20, "tcp", "lo"};
@@ -229,6 +231,7 @@ TEST(NodeConfigTest, EveryKeySetToANonDefaultValueIsRead) {
   EXPECT_NE(k.max_inflight_total, d.control.max_inflight_total);
   EXPECT_NE(k.io_threads, d.control.io_threads);
   EXPECT_NE(k.worker_threads, d.control.worker_threads);
+  EXPECT_NE(k.busy_poll_us, d.control.busy_poll_us);
   EXPECT_NE(expected.metrics.listen, d.metrics.listen);
   EXPECT_NE(expected.shutdown.drain_timeout, d.shutdown.drain_timeout);
   EXPECT_NE(expected.shutdown.flush_to_disk, d.shutdown.flush_to_disk);
