@@ -58,7 +58,7 @@ std::int64_t BlockCache::Available(int p) const {
 void BlockCache::ReclaimMovedOut() {
   if (moves_ == nullptr || !moves_->has_completed()) return;
   moved_scratch_.clear();
-  moves_->TakeCompleted(&moved_scratch_);
+  reclaimed_through_ = moves_->TakeCompleted(&moved_scratch_);
   for (const MovedOutBlock& m : moved_scratch_) {
     PoolState& s = pools_[m.pool.value];
     BlockSlot& sl = s.slots[m.block.value];
@@ -81,8 +81,16 @@ bool BlockCache::MakeAllocatable(std::span<const std::int64_t> need) {
     while (free_blocks(p) < need[p]) {
       const bool can_evict = is_window(p) ? s.policy->size() > 0 : tree_policy_->size() > 0;
       if (!can_evict || (s.num_moving_out > 0 && s.num_moving_out >= max_moving_out_)) {
-        if (s.num_moving_out > 0) return false;  // the rest comes from moves completing
-        break;                                   // nothing to wait for either: Allocate reports it
+        if (s.num_moving_out > 0) {  // the rest comes from moves completing
+          // Wait for as many as are missing, at most half of those in flight (so that the next
+          // victims are queued while the other half still copy), at least one.
+          const std::int64_t missing = need[p] - free_blocks(p);
+          const std::int64_t batch =
+              std::clamp<std::int64_t>(missing, 1, std::max<std::int64_t>(1, s.num_moving_out / 2));
+          move_wait_target_ = reclaimed_through_ + static_cast<std::uint64_t>(batch);
+          return false;
+        }
+        break;  // nothing to wait for either: Allocate reports it
       }
       if (is_window(p)) {
         EvictWindowVictim(p);

@@ -23,9 +23,9 @@
 // Available() always completes. Before allocating, the manager calls MakeAllocatable(need): it
 // takes completed moves back (ReclaimMovedOut), then evicts further victims while fewer than
 // max_moving_out blocks of the pool are moving out (it prefers other victims); when that is not
-// enough it returns false, and the manager drops its lock, waits for a move to complete
-// (MoveOutQueue::AwaitCompletion) and tries again — nobody waits for a copy under the manager's
-// lock. Allocate itself keeps a last-resort wait (counted: allocation_waits; none is expected).
+// enough it returns false, and the manager drops its lock, waits for moves to complete
+// (MoveOutQueue::AwaitCompletions: as many as are missing, in batches of at most half of those in
+// flight) and tries again — nobody waits for a copy under the manager's lock. Allocate itself keeps a last-resort wait (counted: allocation_waits; none is expected).
 // Listeners that never take tickets see no change.
 //
 // Claims: a claimed leaf's listener call gets a kClaim ticket (OnEvictDeferrable); when the
@@ -129,9 +129,14 @@ class BlockCache {
   // Frees the blocks whose moves completed. Cheap when none did.
   void ReclaimMovedOut();
   // Evicts (see "Moving out" above) until need[p] Allocate(p) calls in a row find a free block,
-  // for every pool; false when that needs a move out to complete first. Blocks the caller is
-  // about to reuse must be pinned. REQUIRES: need.size() == num_pools(), need[p] <= Available(p).
+  // for every pool; false when that needs a move out to complete first: the caller then waits,
+  // without its lock, for MoveOutQueue::completions() to reach move_wait_target() — the blocks
+  // still missing, at most half of those moving out, at least one — and tries again. Blocks the
+  // caller is about to reuse must be pinned. REQUIRES: need.size() == num_pools(), need[p] <=
+  // Available(p).
   [[nodiscard]] bool MakeAllocatable(std::span<const std::int64_t> need);
+  // The completion count the last MakeAllocatable that returned false asks the caller to await.
+  [[nodiscard]] std::uint64_t move_wait_target() const { return move_wait_target_; }
   // Claimed blocks whose listener took the claim's ticket (the caller awaits them), cleared.
   std::vector<MovedOutBlock> TakePendingClaims() { return std::exchange(pending_claims_, {}); }
   [[nodiscard]] const CachePoolCounters& counters(int p) const { return pools_[p].counters; }
@@ -228,6 +233,8 @@ class BlockCache {
   EvictionListener* listener_ = nullptr;
   MoveOutQueue* moves_ = nullptr;
   std::int64_t max_moving_out_ = 0;
+  std::uint64_t reclaimed_through_ = 0;  // moves_->completions() as of the last reclaim
+  std::uint64_t move_wait_target_ = 0;   // see move_wait_target()
   std::vector<MovedOutBlock> moved_scratch_;
   std::vector<MovedOutBlock> pending_claims_;
   std::vector<KvEvent> pending_events_;

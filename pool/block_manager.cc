@@ -328,10 +328,11 @@ Result<AddSequenceResult> BlockManager::AddSequence(RequestId request,
   PinnedBlocks copy_pins;  // released (after the copy) outside the lock
   std::vector<BlockCopyPair> copies;
   std::vector<MovedOutBlock> claims;  // claimed blocks whose copy out the caller awaits
-  // Until the admission fits without waiting: a wait for a move out happens without the lock,
+  // Until the admission fits without waiting: a wait for moves out happens without the lock,
   // and then everything is planned again (the tree may have changed meanwhile).
+  std::uint64_t wait_target = 0;
   for (bool wait = false;; wait = true) {
-    if (wait) moves_.AwaitCompletion();
+    if (wait) moves_.AwaitCompletions(wait_target);
     MutexLock lock(&mu_);
     if (sequences_.contains(request)) {
       return Status::InvalidArgument(StrCat("request ", request.value, " is already running"));
@@ -350,6 +351,8 @@ Result<AddSequenceResult> BlockManager::AddSequence(RequestId request,
     if (!MakeRoom(m, a)) {
       cache_.tree().ReleaseRoot(root);
       FlushEvents();
+      wait_target = cache_.move_wait_target();
+      ++counters_.move_out_waits;
       continue;
     }
     auto seq = std::make_unique<Sequence>();

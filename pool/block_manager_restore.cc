@@ -133,14 +133,19 @@ Result<RestoreReservation> BlockManager::ReserveRestore(std::span<const Token> p
     return Status::InvalidArgument(
         StrCat("restore count ", count, " is outside 0..", plan.num_candidates()));
   }
-  // A wait for a move out happens without the lock; then everything is looked at again.
+  // A wait for moves out happens without the lock; then everything is looked at again.
+  std::uint64_t wait_target = 0;
   for (bool wait = false;; wait = true) {
-    if (wait) moves_.AwaitCompletion();
+    if (wait) moves_.AwaitCompletions(wait_target);
     MutexLock lock(&mu_);
     Result<std::unique_ptr<RestoreReservation::State>> st =
         ReserveLocked(prompt, options, plan, count);
     if (!st.ok()) return st.status();
-    if (*st == nullptr) continue;  // must wait for a move out
+    if (*st == nullptr) {  // must wait for moves out
+      wait_target = cache_.move_wait_target();
+      ++counters_.move_out_waits;
+      continue;
+    }
     return RestoreReservation(this, std::move(*st));
   }
 }

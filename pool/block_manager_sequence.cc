@@ -37,9 +37,10 @@ void BlockManager::ReleaseOutOfWindow(Sequence* seq, bool stored_only, AppendRes
 
 Result<AppendResult> BlockManager::AppendTokens(RequestId request, std::span<const Token> tokens) {
   if (tokens.empty()) return Status::InvalidArgument("tokens is empty");
-  // A wait for a move out happens without the lock; then everything is looked at again.
+  // A wait for moves out happens without the lock; then everything is looked at again.
+  std::uint64_t wait_target = 0;
   for (bool wait = false;; wait = true) {
-    if (wait) moves_.AwaitCompletion();
+    if (wait) moves_.AwaitCompletions(wait_target);
     MutexLock lock(&mu_);
     auto it = sequences_.find(request);
     if (it == sequences_.end()) return UnknownRequest(request);
@@ -56,6 +57,8 @@ Result<AppendResult> BlockManager::AppendTokens(RequestId request, std::span<con
     }
     if (add > 0 && !cache_.MakeAllocatable(need)) {
       FlushEvents();
+      wait_target = cache_.move_wait_target();
+      ++counters_.move_out_waits;
       continue;
     }
     return AppendLocked(seq, tokens, add, new_len);

@@ -46,6 +46,9 @@ struct BlockManagerCounters {
   std::uint64_t sequences_added = 0;
   std::uint64_t sequences_removed = 0;
   std::uint64_t admissions_failed = 0;  // AddSequence calls refused for lack of blocks
+  // Waits of AddSequence, AppendTokens and restore reservations for moving-out blocks (deferred
+  // evictions) to complete, without the manager's lock; each is followed by planning again.
+  std::uint64_t move_out_waits = 0;
 };
 
 struct PoolStats {

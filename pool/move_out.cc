@@ -35,6 +35,7 @@ void MoveOutQueue::Complete(PoolId pool, BlockId block, MoveOutKind kind) {
     claims_done_.push_back({pool, block});
   } else {
     completed_.push_back({pool, block});
+    ++completions_;
   }
   --outstanding_;
   pending_.store(static_cast<std::int64_t>(completed_.size()), std::memory_order_release);
@@ -55,11 +56,24 @@ void MoveOutQueue::AwaitClaim(PoolId pool, BlockId block) {
   AwaitCondition(cv_, mu_, done);
 }
 
-void MoveOutQueue::TakeCompleted(std::vector<MovedOutBlock>* out) {
+std::uint64_t MoveOutQueue::TakeCompleted(std::vector<MovedOutBlock>* out) {
   MutexLock lock(&mu_);
   out->insert(out->end(), completed_.begin(), completed_.end());
   completed_.clear();
   pending_.store(0, std::memory_order_release);
+  return completions_;
+}
+
+void MoveOutQueue::AwaitCompletions(std::uint64_t target) {
+  MutexLock lock(&mu_);
+  AwaitCondition(cv_, mu_, [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
+    return completions_ >= target || outstanding_ == 0;
+  });
+}
+
+std::uint64_t MoveOutQueue::completions() const {
+  MutexLock lock(&mu_);
+  return completions_;
 }
 
 void MoveOutQueue::AwaitCompletion() {

@@ -108,11 +108,18 @@ class MoveOutQueue {
 
   // Whether completed moves wait to be taken (cheap; no lock).
   [[nodiscard]] bool has_completed() const { return pending_.load(std::memory_order_acquire) > 0; }
-  // Appends the completed moves to `out` and forgets them.
-  void TakeCompleted(std::vector<MovedOutBlock>* out) KVMESH_EXCLUDES(mu_);
+  // Appends the completed moves to `out` and forgets them. Returns completions() as of the take:
+  // every completion it counts has been taken, by this call or an earlier one.
+  std::uint64_t TakeCompleted(std::vector<MovedOutBlock>* out) KVMESH_EXCLUDES(mu_);
   // Blocks until a completed move waits to be taken; returns at once when one does, or when no
   // ticket is outstanding (nothing could complete).
   void AwaitCompletion() KVMESH_EXCLUDES(mu_);
+  // Blocks until completions() reaches `target`, or no ticket is outstanding (nothing more could
+  // complete). An admission short of n blocks waits for n completions at once (up to a batch,
+  // see BlockCache::MakeAllocatable) instead of waking, and planning again, for each one.
+  void AwaitCompletions(std::uint64_t target) KVMESH_EXCLUDES(mu_);
+  // Moves (not claims) completed since the queue was made.
+  [[nodiscard]] std::uint64_t completions() const KVMESH_EXCLUDES(mu_);
   // Blocks until no ticket is outstanding.
   void AwaitAllCompleted() KVMESH_EXCLUDES(mu_);
   // Blocks until the (taken) claim ticket of the block completed; forgets the completion.
@@ -129,6 +136,7 @@ class MoveOutQueue {
   std::vector<MovedOutBlock> completed_ KVMESH_GUARDED_BY(mu_);
   std::vector<MovedOutBlock> claims_done_ KVMESH_GUARDED_BY(mu_);
   std::int64_t outstanding_ KVMESH_GUARDED_BY(mu_) = 0;
+  std::uint64_t completions_ KVMESH_GUARDED_BY(mu_) = 0;  // moves (not claims) completed
   std::atomic<std::int64_t> pending_{0};  // completed_.size(), readable without the lock
 };
 

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -68,6 +70,54 @@ class SlowMover : public EvictionListener {
  private:
   std::chrono::milliseconds delay_;
   std::vector<std::thread> threads_;
+};
+
+// Completes the tickets one at a time, in order, `gap` apart, on one thread (a copy worker that
+// moves one block at a time).
+class SerialMover : public EvictionListener {
+ public:
+  explicit SerialMover(std::chrono::milliseconds gap) : gap_(gap), worker_([this] { Run(); }) {}
+  ~SerialMover() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  void OnEvict(const EvictedBlock&) override {}
+  void OnEvictDeferrable(const EvictedBlock&, MoveOutTicket& ticket) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(ticket));
+    }
+    cv_.notify_all();
+  }
+  std::atomic<int> completed_blocks{0};
+
+ private:
+  void Run() {
+    for (;;) {
+      MoveOutTicket t;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, every ticket completed
+        t = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::this_thread::sleep_for(gap_);
+      completed_blocks.fetch_add(1);
+      t.Complete();
+    }
+  }
+
+  std::chrono::milliseconds gap_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<MoveOutTicket> queue_;
+  bool stop_ = false;
+  std::thread worker_;
 };
 
 std::int32_t StoreOneBlock(BlockManager& m, std::uint64_t id, Token first) {
@@ -133,6 +183,32 @@ TEST(BlockManagerMoveOutTest, AllocationWaitsForTheMoveWhenNoOtherVictimIsAllowe
   EXPECT_EQ(r->tables[0].block_ids[0], a);
   EXPECT_EQ(m->GetStats().pools[0].cached_blocks, 1);  // the other victim was not taken
   EXPECT_CONSISTENT(*m);
+}
+
+// An admission short of many blocks, each of which must move out first, waits for them in batches
+// (the blocks still missing, at most half of those moving out), not once per completed move —
+// each wait is followed by planning the whole admission again. 48 blocks, 8 moving out at a time:
+// 12 waits (52 victims); waking for each completion took 48 (55 victims).
+TEST(BlockManagerMoveOutTest, AnAdmissionShortOfManyBlocksWaitsForThemInBatches) {
+  SerialMover listener(std::chrono::milliseconds(2));
+  BlockManagerEnv env;
+  env.eviction_listener = &listener;
+  BlockManagerConfig c = OnePoolConfig(64);
+  c.max_moving_out_blocks = 8;
+  auto m = MakeManager(c, env);
+  for (int i = 0; i < 64; ++i) StoreOneBlock(*m, i + 1, 10 * (i + 1));
+  auto r = m->AddSequence(R(100), Tokens(48 * 4, 100000));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tables[0].block_ids.size(), 48u);
+  const BlockManagerStats s = m->GetStats();
+  EXPECT_GE(listener.completed_blocks.load(), 48 - 8);
+  EXPECT_GE(s.counters.move_out_waits, 10u);
+  EXPECT_LE(s.counters.move_out_waits, 16u);
+  // Victims are evicted ahead while fewer than 8 move (another victim rather than a wait), so
+  // up to 8 more than the admission needed.
+  EXPECT_LE(s.pools[0].evicted_blocks, 48u + 8u);
+  EXPECT_CONSISTENT(*m);
+  ASSERT_TRUE(m->RemoveSequence(R(100)).ok());
 }
 
 TEST(BlockManagerMoveOutTest, MovingBlocksCountAsAvailableSoAdmissionsDoNotFail) {
