@@ -25,8 +25,9 @@
 // max_moving_out blocks of the pool are moving out (it prefers other victims); when that is not
 // enough it returns false, and the manager drops its lock, waits for moves to complete
 // (MoveOutQueue::AwaitCompletions: as many as are missing, in batches of at most half of those in
-// flight) and tries again — nobody waits for a copy under the manager's lock. Allocate itself keeps a last-resort wait (counted: allocation_waits; none is expected).
-// Listeners that never take tickets see no change.
+// flight) and tries again — nobody waits for a copy under the manager's lock. Allocate itself keeps
+// a last-resort wait (counted: allocation_waits; none is expected). Listeners that never take
+// tickets see no change.
 //
 // Claims: a claimed leaf's listener call gets a kClaim ticket (OnEvictDeferrable); when the
 // listener takes it, the block is recorded in pending_claims() and the manager hands it to the
