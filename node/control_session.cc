@@ -106,8 +106,7 @@ class Session : public std::enable_shared_from_this<Session> {
     payload_.resize(h->length);
     reading_payload_ = true;
     payload_started_ = std::chrono::steady_clock::now();
-    request_gap_ = answered_at_ ? payload_started_ - *answered_at_
-                                : std::chrono::steady_clock::duration::max();
+    back_to_back_ = answered_at_ && payload_started_ - *answered_at_ <= opts().busy_poll;
     answered_at_.reset();
     UpdateTimer();
     asio::async_read(
@@ -161,9 +160,8 @@ class Session : public std::enable_shared_from_this<Session> {
     using Steady = std::chrono::steady_clock;
     answered_inline_ = false;
     const auto window = opts().busy_poll;
-    const bool back_to_back = request_gap_ <= window;
     answered_at_ = Steady::now();
-    if (!local_ || window.count() <= 0 || !back_to_back || !server_.TakeInlineSlot()) return;
+    if (!local_ || window.count() <= 0 || !back_to_back_ || !server_.TakeInlineSlot()) return;
     const Steady::time_point start = *answered_at_;
     const int fd = socket_.native_handle();
     bool found = false;
@@ -539,10 +537,10 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   bool close_after_write_ = false;
   bool answered_inline_ = false;  // the last request ran inline: poll for the next (busy_poll)
-  // When the last inline answer was written, and how long after it the next request's header
-  // came: busy polling's "back to back" test. None: not back to back.
+  // When the last inline answer was written (none: the last request did not run inline), and
+  // whether the request being handled came within busy_poll of it: polling's "back to back" test.
   std::optional<std::chrono::steady_clock::time_point> answered_at_;
-  std::chrono::steady_clock::duration request_gap_ = std::chrono::steady_clock::duration::max();
+  bool back_to_back_ = false;
   int inflight_ = 0;
   std::string server_nonce_;
   std::shared_ptr<SessionState> state_;
