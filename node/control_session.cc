@@ -77,13 +77,66 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // ---- reading
+  // Reading is tried at once, on this thread: a frame the socket already holds is read and
+  // handled here (OnHeader, OnPayload) instead of through an asio operation, whose completion goes
+  // through the scheduler and may run on another io thread — a thread wake-up, and the request's
+  // bytes and the node's state in another core's caches. Only what would block waits for asio.
+  // At most kMaxFramesAtOnce frames are handled in a row this way (they nest on the stack); the
+  // next one goes through asio, so that one busy connection cannot hold an io thread forever.
+  static constexpr int kMaxFramesAtOnce = 8;
+
+  // Reads into data[got, size) what the socket holds, without waiting (asio keeps its sockets
+  // non-blocking). True when the range is full, or when the stream ended or failed (`ec`); false
+  // when the rest has not arrived yet.
+  bool ReadNow(char* data, std::size_t size, std::size_t& got, error_code& ec) {
+    const int fd = socket_.native_handle();
+    while (got < size) {
+      const ssize_t n = ::recv(fd, data + got, size - got, MSG_DONTWAIT);
+      if (n > 0) {
+        got += static_cast<std::size_t>(n);
+      } else if (n == 0) {
+        ec = asio::error::eof;
+        return true;
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return false;
+      } else if (errno != EINTR) {
+        ec = error_code(errno, asio::error::get_system_category());
+        return true;
+      }
+    }
+    return true;
+  }
+
   void ReadHeader() {
     if (phase_ == Phase::kClosed) return;
     reading_payload_ = false;
+    std::size_t got = 0;
+    error_code ec;
+    if (frames_at_once_ < kMaxFramesAtOnce) {
+      if (ReadNow(reinterpret_cast<char*>(header_.data()), header_.size(), got, ec)) {
+        ++frames_at_once_;
+        OnHeader(ec);
+        --frames_at_once_;
+        return;
+      }
+      if (got == 0) {
+        // Nothing yet: wait until the socket is readable, then read here. (An asio read would try
+        // the socket again first and, finding the bytes, hand its completion to the scheduler.)
+        socket_.async_wait(Proto::socket::wait_read,
+                           asio::bind_executor(strand_, [self = shared_from_this()](error_code e) {
+                             if (e) {
+                               self->Close(e.message());
+                             } else {
+                               self->ReadHeader();
+                             }
+                           }));
+        return;
+      }
+    }
     asio::async_read(
-        socket_, asio::buffer(header_),
-        asio::bind_executor(strand_, [self = shared_from_this()](error_code ec, std::size_t) {
-          self->OnHeader(ec);
+        socket_, asio::buffer(header_) + got,
+        asio::bind_executor(strand_, [self = shared_from_this()](error_code ec2, std::size_t) {
+          self->OnHeader(ec2);
         }));
   }
 
@@ -109,10 +162,20 @@ class Session : public std::enable_shared_from_this<Session> {
     back_to_back_ = answered_at_ && payload_started_ - *answered_at_ <= opts().busy_poll;
     answered_at_.reset();
     UpdateTimer();
+    std::size_t got = 0;
+    error_code ec2;
+    if (ReadNow(payload_.data(), payload_.size(), got, ec2)) {
+      OnPayload(ec2);
+      return;
+    }
+    // The rest in as few reads as it takes (asio's own completion conditions read at most 64 KiB
+    // at a time).
+    const std::size_t rest = payload_.size() - got;
     asio::async_read(
-        socket_, asio::buffer(payload_),
-        asio::bind_executor(strand_, [self = shared_from_this()](error_code ec2, std::size_t) {
-          self->OnPayload(ec2);
+        socket_, asio::buffer(payload_) + got,
+        [rest](const error_code& e, std::size_t n) -> std::size_t { return e ? 0 : rest - n; },
+        asio::bind_executor(strand_, [self = shared_from_this()](error_code ec3, std::size_t) {
+          self->OnPayload(ec3);
         }));
   }
 
@@ -152,10 +215,10 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Busy polling (control_server.h): after an answer written inline to an engine (the Unix
   // socket), peek at the socket for up to busy_poll; ReadHeader then finds the next request there
-  // and reads it at once (asio tries a read before it waits). Only while the connection sends back
-  // to back — the request just answered came within busy_poll of the answer before it — so that a
-  // connection of sparse requests costs no polling (and no inline slot). Holds an inline slot
-  // meanwhile, so another io thread stays free.
+  // and reads it at once, on this thread. Only while the connection sends back to back — the
+  // request just answered came within busy_poll of the answer before it — so that a connection of
+  // sparse requests costs no polling (and no inline slot). Holds an inline slot meanwhile, so
+  // another io thread stays free.
   void PollForNextRequest() {
     using Steady = std::chrono::steady_clock;
     answered_inline_ = false;
@@ -424,6 +487,25 @@ class Session : public std::enable_shared_from_this<Session> {
       sent = *n;
       o.fds.clear();
     }
+    // As with reading: what the socket takes now is written here, and only the rest waits for
+    // asio (whose completion would wake another io thread).
+    const int fd = socket_.native_handle();
+    while (sent < o.bytes.size()) {
+      const ssize_t n =
+          ::send(fd, o.bytes.data() + sent, o.bytes.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        break;
+      } else if (n < 0 && errno != EINTR) {
+        Close(StrCat("send: ", std::strerror(errno)));
+        return;
+      }
+    }
+    if (sent == o.bytes.size()) {
+      OnWritten(error_code{});
+      return;
+    }
     asio::async_write(
         socket_, asio::buffer(o.bytes.data() + sent, o.bytes.size() - sent),
         asio::bind_executor(strand_, [self = shared_from_this()](error_code ec, std::size_t) {
@@ -474,16 +556,21 @@ class Session : public std::enable_shared_from_this<Session> {
     return last_activity_ + opts().idle_timeout;
   }
 
+  // Lazy: the timer is re-armed only when the deadline now is earlier than the one it waits for
+  // (or none waits). A later deadline — the common case, each frame pushing idleness further — or
+  // none at all leaves it as it is: it fires early, finds the deadline not passed, and waits again.
+  // Re-arming per frame would cancel the pending wait each time, and asio completes a cancelled
+  // wait through the scheduler: a wake-up of another io thread per frame for nothing.
   void UpdateTimer() {
     if (phase_ == Phase::kClosed) return;
     const std::optional<SteadyTime> d = Deadline();
-    if (!d) {
-      timer_.cancel();
-      return;
-    }
+    if (!d || (timer_armed_ && timer_expiry_ <= *d)) return;
+    timer_armed_ = true;
+    timer_expiry_ = *d;
     timer_.expires_at(*d);
     timer_.async_wait([self = shared_from_this()](error_code ec) {
-      if (ec) return;
+      if (ec) return;  // re-armed (a newer wait is pending) or closed
+      self->timer_armed_ = false;
       const std::optional<SteadyTime> now_deadline = self->Deadline();
       if (now_deadline && std::chrono::steady_clock::now() >= *now_deadline) {
         if (self->phase_ == Phase::kHandshake) self->server_.auth_failures.fetch_add(1);
@@ -522,6 +609,8 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::strand<asio::io_context::executor_type> strand_;
   asio::strand<asio::thread_pool::executor_type> work_strand_;
   asio::steady_timer timer_;
+  bool timer_armed_ = false;  // a wait on timer_ is pending, for timer_expiry_
+  SteadyTime timer_expiry_;
   asio::steady_timer event_timer_;
   const std::uint64_t id_;
   const bool local_;
@@ -533,6 +622,7 @@ class Session : public std::enable_shared_from_this<Session> {
   FrameHeaderBytes header_{};
   std::string payload_;
   bool reading_payload_ = false;
+  int frames_at_once_ = 0;  // frames read and handled in a row without asio (ReadHeader)
   std::deque<Outgoing> out_;
   bool writing_ = false;
   bool close_after_write_ = false;

@@ -47,8 +47,12 @@ class SleepyHandler final : public RequestHandler {
 
 class ControlServerTest : public ::testing::Test {
  protected:
-  void Start(int io_threads, std::chrono::microseconds busy_poll = {}) {
+  void Start(int io_threads, std::chrono::microseconds busy_poll = {},
+             std::chrono::milliseconds idle_timeout = std::chrono::milliseconds{300000},
+             std::chrono::milliseconds frame_timeout = std::chrono::milliseconds{5000}) {
     ControlServerOptions o;
+    o.idle_timeout = idle_timeout;
+    o.handshake_timeout = frame_timeout;
     o.node_id = "test";
     o.secret = kSecret;
     o.unix_socket = (std::filesystem::temp_directory_path() /
@@ -71,6 +75,7 @@ class ControlServerTest : public ::testing::Test {
     NodeClientOptions o;
     o.address = socket_;
     o.secret = kSecret;
+    o.request_timeout = std::chrono::seconds(20);
     auto c = NodeClient::Connect(o);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(c).value() : nullptr;
@@ -211,6 +216,80 @@ TEST_F(ControlServerTest, PipelinedRequestsAreAnsweredInOrder) {
     c.reset();
     server_.reset();
   }
+}
+
+// The session reads what the socket holds at once and waits through asio only for the rest: a
+// frame larger than one 64 KiB read, and frames that arrive in pieces (the header split, the
+// payload split, pauses between), are all read whole and answered.
+TEST_F(ControlServerTest, LargeFramesAndFramesInPiecesAreReadWhole) {
+  Start(/*io_threads=*/2);
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  std::vector<Token> many(40000);  // 160 KiB of tokens
+  for (std::size_t i = 0; i < many.size(); ++i) many[i] = static_cast<Token>(i);
+  ASSERT_TRUE(c->Lookup(many).ok());
+
+  rpc::Frame f;
+  f.mutable_request()->set_id(77);
+  for (int i = 0; i < 1000; ++i) f.mutable_request()->mutable_lookup()->add_tokens(i);
+  const std::string bytes = *EncodeFrame(f, 1 << 20);
+  const auto all = std::as_bytes(std::span(bytes));
+  for (const std::size_t cut : {std::size_t{3}, std::size_t{8}, bytes.size() / 2}) {
+    // [0, cut), a pause, [cut, end): the first piece ends inside the header, at its end, or
+    // inside the payload.
+    ASSERT_TRUE(c->SendRaw(all.first(cut)).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(c->SendRaw(all.subspan(cut)).ok());
+    auto r = c->ReadFrame();
+    ASSERT_TRUE(r.ok()) << r.status() << " cut at " << cut;
+    EXPECT_EQ(r->response().id(), 77u);
+    EXPECT_TRUE(r->response().has_lookup());
+  }
+  EXPECT_EQ(server_->stats().bad_frames, 0);
+}
+
+// The session's timer is re-armed only for an earlier deadline (control_session.cc): a connection
+// that keeps sending outlives idle_timeout, one that goes quiet is closed about idle_timeout after
+// its last request.
+TEST_F(ControlServerTest, IdleTimeoutCountsFromTheLastRequest) {
+  constexpr std::chrono::milliseconds kIdle{400};
+  Start(/*io_threads=*/2, {}, kIdle);
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  const std::vector<Token> t = {1, 2, 3};
+  for (int i = 0; i < 8; ++i) {  // 1.2 s: three idle timeouts, each pushed back
+    ASSERT_TRUE(c->Lookup(t).ok()) << "request " << i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  }
+  const Steady::time_point last = Steady::now() - std::chrono::milliseconds(150);
+  auto r = c->ReadFrame();  // nothing comes: the node closes the connection
+  const auto after = Steady::now() - last;
+  EXPECT_FALSE(r.ok());
+  EXPECT_GE(after, kIdle - std::chrono::milliseconds(50));
+  EXPECT_LT(after, kIdle + std::chrono::seconds(3));
+}
+
+// A frame begun after the idle deadline was armed has the earlier deadline of a frame: a client
+// that stops mid-frame is dropped after that, not after idle_timeout.
+TEST_F(ControlServerTest, AFrameStoppedMidwayIsDroppedAtTheFrameDeadline) {
+  constexpr std::chrono::milliseconds kFrame{300};
+  Start(/*io_threads=*/2, {}, std::chrono::milliseconds{60000}, kFrame);
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  Lookups(*c, 3);
+  // Past the handshake's deadline: the timer now waits for the idle one, a minute away.
+  std::this_thread::sleep_for(2 * kFrame);
+  rpc::Frame f;
+  f.mutable_request()->set_id(9);
+  for (int i = 0; i < 100; ++i) f.mutable_request()->mutable_lookup()->add_tokens(i);
+  const std::string bytes = *EncodeFrame(f, 1 << 20);
+  ASSERT_TRUE(c->SendRaw(std::as_bytes(std::span(bytes)).first(bytes.size() / 2)).ok());
+  const Steady::time_point sent = Steady::now();
+  auto r = c->ReadFrame();
+  const auto after = Steady::now() - sent;
+  EXPECT_FALSE(r.ok());
+  EXPECT_GE(after, kFrame - std::chrono::milliseconds(50));
+  EXPECT_LT(after, std::chrono::seconds(5)) << "dropped only at the idle deadline";
 }
 
 }  // namespace
