@@ -23,9 +23,14 @@
 // readrandom). Each row prints the time per stage — index bookkeeping, the RocksDB read,
 // verify+copy, and what a checksum alone and a streaming copy alone take over the same bytes.
 //
-//   rocksdb_tier_bench [--sizes 4k,256k,1m] [--scale F] [--db_bench PATH]
+//   rocksdb_tier_bench [--sizes 4k,256k,1m] [--scale F] [--rounds N] [--db_bench PATH]
 //
 // --scale multiplies the key counts (40,000 / 1,000 / 250: about 170, 265 and 265 MB).
+// --rounds (default 3): each size is measured N times, each round a fresh database and tier with
+// its own db_bench runs just before; every round's table is printed, and the RATIO and INFO lines
+// give the median of the rounds' ratios (each ratio taken within its round), followed by every
+// round's value. On a small shared machine one round of 40,000 4 KiB puts takes about 0.3 s and
+// two rounds of the same binary differed by up to 1.8x: one round is not a measurement.
 #define XXH_STATIC_LINKING_ONLY
 #include <unistd.h>
 #include <xxhash.h>
@@ -63,6 +68,7 @@ struct Args {
   std::vector<std::string> sizes = {"4k", "256k", "1m"};
   double scale = 1.0;
   std::string db_bench = "/usr/bin/db_bench";
+  int rounds = 3;
 };
 
 Args Parse(int argc, char** argv) {
@@ -71,6 +77,7 @@ Args Parse(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--scale") a.scale = std::atof(argv[i + 1]);
     if (k == "--db_bench") a.db_bench = argv[i + 1];
+    if (k == "--rounds") a.rounds = std::atoi(argv[i + 1]);
     if (k == "--sizes") {
       a.sizes.clear();
       std::stringstream s(argv[i + 1]);
@@ -78,6 +85,7 @@ Args Parse(int argc, char** argv) {
     }
   }
   KVMESH_CHECK(a.scale > 0);
+  KVMESH_CHECK(a.rounds > 0) << "--rounds must be at least 1";
   return a;
 }
 
@@ -193,7 +201,18 @@ struct Size {
   std::int64_t value_size = 0;
 };
 
-void RunSize(const Args& args, const std::string& size_name) {
+// One round's ratios, by the name of its RATIO/INFO line (without the size suffix), in the order
+// they were printed; `ratio` says whether the line is a RATIO (else INFO) and `rest` is the text
+// after the figure (baseline and goal).
+struct RoundLine {
+  std::string name;
+  bool ratio = false;
+  double value = 0;
+  std::string rest;
+};
+
+std::vector<RoundLine> RunSize(const Args& args, const std::string& size_name) {
+  std::vector<RoundLine> lines;
   auto layout = MakeKvPoolLayout(GeometryFor(size_name));
   KVMESH_CHECK(layout.ok());
   auto codec = BundleCodec::Create(*layout, 1.0f);
@@ -307,8 +326,8 @@ void RunSize(const Args& args, const std::string& size_name) {
     }
   });
   PrintStages("put", size.keys, put_stages, checksum_s, copy_s);
-  std::printf("RATIO rocksdb_tier_put_%s %.2f db_bench_fillseq goal>=0.80\n", size.name.c_str(),
-              fill.found ? put_ops / fill.ops_per_s : 0.0);
+  lines.push_back({StrCat("rocksdb_tier_put_", size.name), true,
+                   fill.found ? put_ops / fill.ops_per_s : 0.0, "db_bench_fillseq goal>=0.80"});
   for (const Variant& v : variants) {
     tier.SetReadOptions(v.verify, v.fill);
     const TierStageTimes before = tier.stats().stages;
@@ -325,8 +344,8 @@ void RunSize(const Args& args, const std::string& size_name) {
                 StrCat("tier ", v.name).c_str(), ops, ops * mb, base > 0 ? ops / base : 0.0,
                 v.baseline_name, base);
     PrintStages(v.name, size.keys, stages, checksum_s, copy_s);
-    std::printf("%s rocksdb_tier_%s_%s %.2f %s goal>=0.80\n", v.ratio ? "RATIO" : "INFO", v.name,
-                size.name.c_str(), base > 0 ? ops / base : 0.0, v.baseline_name);
+    lines.push_back({StrCat("rocksdb_tier_", v.name, "_", size.name), v.ratio,
+                     base > 0 ? ops / base : 0.0, StrCat(v.baseline_name, " goal>=0.80")});
   }
   // Batched: a prefix's consecutive blocks in one MultiGet (as a restore reads them).
   tier.SetReadOptions(true, true);
@@ -350,8 +369,9 @@ void RunSize(const Args& args, const std::string& size_name) {
               batch_ops, batch_ops * mb,
               read_verify.found ? batch_ops / read_verify.ops_per_s : 0.0);
   PrintStages("get, MultiGet of 16", batched_ops, tier.stats().stages - before, checksum_s, copy_s);
-  std::printf("INFO rocksdb_tier_get_multiget16_%s %.2f db_bench_readrandom\n", size.name.c_str(),
-              read_verify.found ? batch_ops / read_verify.ops_per_s : 0.0);
+  lines.push_back({StrCat("rocksdb_tier_get_multiget16_", size.name), false,
+                   read_verify.found ? batch_ops / read_verify.ops_per_s : 0.0,
+                   "db_bench_readrandom"});
   for (int i = 0; i < size.keys; i += std::max(1, size.keys / 16)) {
     for (int c = 0; c < kNumKvComponents; ++c) {
       if (!layout->components[c].present()) continue;
@@ -365,6 +385,7 @@ void RunSize(const Args& args, const std::string& size_name) {
   tier_or->reset();
   std::filesystem::remove_all(dir);
   (void)block_bytes;
+  return lines;
 }
 
 int Run(const Args& args) {
@@ -375,7 +396,28 @@ int Run(const Args& args) {
         args.db_bench.c_str());
     return 0;
   }
-  for (const std::string& s : args.sizes) RunSize(args, s);
+  for (const std::string& s : args.sizes) {
+    std::vector<std::vector<RoundLine>> rounds;
+    for (int r = 0; r < args.rounds; ++r) {
+      std::printf("\n-- round %d of %d", r + 1, args.rounds);
+      rounds.push_back(RunSize(args, s));
+    }
+    std::printf("\n");
+    for (std::size_t i = 0; i < rounds.front().size(); ++i) {
+      std::vector<double> v;
+      std::string each;
+      for (const auto& round : rounds) {
+        v.push_back(round[i].value);
+        each += StrCat(each.empty() ? "" : ", ", FormatFixed(round[i].value, 2));
+      }
+      std::sort(v.begin(), v.end());
+      const double median =
+          v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+      const RoundLine& l = rounds.front()[i];
+      std::printf("%s %s %.2f %s (median of %zu rounds: %s)\n", l.ratio ? "RATIO" : "INFO",
+                  l.name.c_str(), median, l.rest.c_str(), v.size(), each.c_str());
+    }
+  }
   return 0;
 }
 
