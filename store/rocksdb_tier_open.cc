@@ -3,6 +3,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/memtablerep.h>
 #include <rocksdb/sst_file_manager.h>
 #include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
@@ -72,6 +73,13 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const RocksDbTierOptions& o,
   } else {
     c.write_buffer_size = static_cast<std::size_t>(std::min<std::int64_t>(4 << 20, write_buffer));
     c.max_write_buffer_number = 2;  // 16-byte records
+    // The meta family is written at every put and erase and read only when the tier opens (the
+    // scan that rebuilds the index): a vector memtable appends (sorted once, at flush) where a
+    // skip list would walk ~log2(n) nodes scattered over its arena per record. Measured
+    // (rocksdb_tier_bench --sizes 4k, 9 rounds each): RocksDB's share of a 4 KiB put 6.3 us
+    // against 7.5 us (medians). A vector memtable cannot take concurrent inserts: see
+    // allow_concurrent_memtable_write in MakeDbOptions.
+    c.memtable_factory = std::make_shared<rocksdb::VectorRepFactory>();
   }
   c.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   return c;
@@ -240,6 +248,10 @@ rocksdb::DBOptions RocksDbTier::MakeDbOptions() {
   d.env = options_.env != nullptr ? options_.env : rocksdb::Env::Default();
   // The bundle and meta families of a pool must agree after a crash with the WAL off.
   d.atomic_flush = true;
+  // Required by the meta families' vector memtables (MakeFamilyOptions). Costs little here: most
+  // of the tier's writes come from one thread (the spill thread), and with several writers a
+  // write group's leader inserts their batches in turn.
+  d.allow_concurrent_memtable_write = false;
   d.max_background_jobs = options_.max_background_jobs;
   d.use_direct_reads = options_.use_direct_io;
   d.use_direct_io_for_flush_and_compaction = options_.use_direct_io;
