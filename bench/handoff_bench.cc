@@ -73,6 +73,7 @@
 #include "common/aligned_buffer.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "kernels/block_copy.h"
 #include "node/client.h"
 #include "node/handoff.h"
 #include "node/node.h"
@@ -400,10 +401,13 @@ void ReportStreaming(const StreamVariant& v, const Variant& whole, double bw) {
 // ring of 16 bundles and 16 scratch blocks: what the handoff runs — the sender's seal (header and
 // checksum over the pool block, no copy), the receiver's in-place verification of a block that
 // landed in its pool, and for the converting receiver the verification of the bundle in its slot
-// (its converting copy is not timed here) — and, for comparison, what it ran before: encode (copy
-// into staging + checksum), the one-pass decode, decode (verify, then copy).
+// (its converting copy is not timed here), the converting receiver's one-pass converting decode
+// (BundleCodec::DecodeOnePassConverting) and what it ran before it (verify, then the converting
+// block copy) — and, for comparison, what the others ran before: encode (copy into staging +
+// checksum), the one-pass decode, decode (verify, then copy).
 struct CpuStages {
   double seal = 0, verify_in_place = 0, encode = 0, verify = 0, decode = 0, decode_one_pass = 0;
+  double convert_one_pass = 0, verify_then_convert = 0;
 };
 CpuStages MeasureCpuStages(const KvPoolView& view, std::int64_t blocks) {
   constexpr std::int64_t kRing = 16;
@@ -448,6 +452,32 @@ CpuStages MeasureCpuStages(const KvPoolView& view, std::int64_t blocks) {
     KVMESH_CHECK(codec->DecodeOnePass(slot(i), id, scratch, i % kRing).ok());
   }
   out.decode_one_pass = Seconds(start);
+  // The converting receiver: into the scratch blocks seen as a pool in the other order.
+  KvPoolView other = scratch;
+  other.layout = WithOrder(
+      scratch.layout, scratch.layout.order() == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND);
+  start = std::chrono::steady_clock::now();
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    KVMESH_CHECK(codec->DecodeOnePassConverting(slot(i), id, other, i % kRing).ok());
+  }
+  out.convert_one_pass = Seconds(start);
+  start = std::chrono::steady_clock::now();
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    KVMESH_CHECK(codec->Verify(slot(i), id).ok());
+    KvPoolView in_bundle = view;  // the bundle's payload, as a one-block pool
+    in_bundle.num_blocks = 1;
+    for (const BundleRange& r : codec->data_ranges()) {
+      if (r.component >= 0) in_bundle.base[r.component] = slot(i).data() + r.offset;
+    }
+    const BlockCopyPair pair{0, i % kRing};
+    BlockCopyArgs a;
+    a.src = in_bundle;
+    a.dst = other;
+    a.pairs = &pair;
+    a.num_pairs = 1;
+    KVMESH_CHECK(cpu::BlockCopy(a, nullptr).ok());
+  }
+  out.verify_then_convert = Seconds(start);
   start = std::chrono::steady_clock::now();
   for (std::int64_t i = 0; i < blocks; ++i) {
     KVMESH_CHECK(codec->EncodeSeal(view, i % view.num_blocks, id, slot(i)).ok());
@@ -535,10 +565,12 @@ int Run(int argc, char** argv) {
   }
   std::printf(
       "INFO handoff cpu stages, %ld blocks, one thread: seal %.4f s, verify in place %.4f s, "
-      "verify in staging (converting receiver, before its converting copy) %.4f s; before the "
-      "range-by-range wire form: encode (copy + checksum) %.4f s, one-pass decode %.4f s, decode "
-      "(verify, then copy) %.4f s\n",
-      full, cpu.seal, cpu.verify_in_place, cpu.verify, cpu.encode, cpu.decode_one_pass, cpu.decode);
+      "converting receiver: one-pass converting decode %.4f s (before it: verify in staging "
+      "%.4f s, then the converting copy, %.4f s for both); before the range-by-range wire form: "
+      "encode (copy + checksum) %.4f s, one-pass decode %.4f s, decode (verify, then copy) %.4f "
+      "s\n",
+      full, cpu.seal, cpu.verify_in_place, cpu.convert_one_pass, cpu.verify,
+      cpu.verify_then_convert, cpu.encode, cpu.decode_one_pass, cpu.decode);
   for (const StreamVariant& v : streams) {
     ReportStreaming(v, v.layout == "HND" ? same : converting,
                     same.bandwidth.empty() ? 0.0 : Median(same.bandwidth));

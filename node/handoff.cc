@@ -4,7 +4,6 @@
 
 #include "common/log.h"
 #include "common/strings.h"
-#include "kernels/block_copy.h"
 #include "node/rpc_convert.h"
 #include "pool/block_key.h"
 
@@ -115,14 +114,11 @@ Result<HandoffResult> HandoffSender::HandOff(const std::string& to, std::span<co
 Result<HandoffReceiver::Conversion> HandoffReceiver::MakeConversion() const {
   Conversion c;
   for (const KvPoolView& ours : views_) {
-    KvPoolView theirs = ours;
-    theirs.layout = WithOrder(ours.layout, OtherOrderOf(ours.layout.order()));
-    theirs.num_blocks = 1;
-    for (void*& base : theirs.base) base = nullptr;  // set per bundle (DecodeConverted)
-    KVMESH_ASSIGN_OR_RETURN(BundleCodec codec,
-                            BundleCodec::Create(theirs.layout, theirs.pool_scale));
+    KVMESH_ASSIGN_OR_RETURN(
+        BundleCodec codec,
+        BundleCodec::Create(WithOrder(ours.layout, OtherOrderOf(ours.layout.order())),
+                            ours.pool_scale));
     c.codecs.push_back(std::move(codec));
-    c.in_bundle.push_back(theirs);
   }
   return c;
 }
@@ -130,26 +126,15 @@ Result<HandoffReceiver::Conversion> HandoffReceiver::MakeConversion() const {
 Status HandoffReceiver::DecodeConverted(const Conversion& c, std::size_t pool,
                                         std::span<std::byte> bundle, const ContentId& id,
                                         std::int64_t block) const {
-  // Verified where it landed (the whole bundle: structure, fingerprint, content id, checksum),
-  // then one copy from the bundle's payload into `block` in our order (block_copy converts
-  // HND <-> NHD on the way). UCX no longer writes the slot, so what was verified is what is
-  // copied.
-  KVMESH_RETURN_IF_ERROR(c.codecs[pool].Verify(bundle, id));
-  KvPoolView src = c.in_bundle[pool];
-  for (const BundleRange& r : c.codecs[pool].data_ranges()) {
-    if (r.component >= 0) src.base[r.component] = bundle.data() + r.offset;
-  }
-  // Device pools: converted into a staging block, then copied to the device.
-  KVMESH_RETURN_IF_ERROR(cache_->engine().WriteBlock(static_cast<int>(pool), block,
-                                                     [&](const KvPoolView& dst, std::int64_t b) {
-                                                       const BlockCopyPair pair{0, b};
-                                                       BlockCopyArgs a;
-                                                       a.src = src;
-                                                       a.dst = dst;
-                                                       a.pairs = &pair;
-                                                       a.num_pairs = 1;
-                                                       return cpu::BlockCopy(a, nullptr);
-                                                     }));
+  // One pass over the bundle where it landed: its header and table checked before a byte is
+  // written, then each (layer, K/V) range checksummed and at once copied, converted HND <-> NHD,
+  // from the cache into `block` (a reserved, hidden block: if the checksum fails at the end, it
+  // is freed unpublished). UCX no longer writes the slot, so what is checked is what is copied.
+  // Device pools: decoded into a staging block, then copied to the device only if it passed.
+  KVMESH_RETURN_IF_ERROR(cache_->engine().WriteBlock(
+      static_cast<int>(pool), block, [&](const KvPoolView& dst, std::int64_t b) {
+        return c.codecs[pool].DecodeOnePassConverting(bundle, id, dst, b);
+      }));
   converted_.fetch_add(1);
   return Status::Ok();
 }

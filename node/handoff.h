@@ -24,11 +24,13 @@
 //   3. answers wanted / had / moved / held. Anything not moved is a miss the decode engine
 //      computes, never wrong data.
 // Layout conversion: when the sender's pools are in the other order (HND vs NHD; the hello's
-// fingerprints equal ours but for the order: PeerSessions::OtherOrder), each bundle is verified as
-// a bundle of the sender's geometry where it landed in receive staging, then copied from there
-// into the reserved (hidden) block in our order (kernels/block_copy.h converts) before it is
-// published (device pools: converted into a staging block, then copied to the device,
-// OffloadEngine::WriteBlock). Everything else must be equal.
+// fingerprints equal ours but for the order: PeerSessions::OtherOrder), each bundle is decoded as
+// a bundle of the sender's geometry where it landed in receive staging, in one pass: its header
+// checked first, then each (layer, K/V) range checksummed and at once copied, converted, into the
+// reserved (hidden) block in our order (BundleCodec::DecodeOnePassConverting); a bundle whose
+// checksum fails at the end leaves that block unpublished (device pools: decoded into a staging
+// block, copied to the device only when it passed, OffloadEngine::WriteBlock). Everything else
+// must be equal.
 //
 // Streaming, layer by layer (docs/handoff.md "Streaming"): a prefill engine's forward pass writes
 // all prompt tokens of layer 0, then of layer 1, ...; a streaming handoff moves each layer range
@@ -201,15 +203,13 @@ class HandoffReceiver {
   void SetStreamObserver(StreamObserver observer) { streams_->SetObserver(std::move(observer)); }
 
  private:
-  // The sender's bundles (our geometry in the other order), and per pool a one-block view in that
-  // order whose component bases DecodeConverted points into a received bundle.
+  // The codecs of the sender's bundles (our geometry in the other order), per pool.
   struct Conversion {
     std::vector<BundleCodec> codecs;
-    std::vector<KvPoolView> in_bundle;
   };
   Result<Conversion> MakeConversion() const;
-  // RemoteFetchOptions::decode of a converting handoff: verify the bundle where it landed, then
-  // one converting copy of its payload into reserved block `block`.
+  // RemoteFetchOptions::decode of a converting handoff: the bundle where it landed decoded in one
+  // pass, converted, into reserved block `block`.
   Status DecodeConverted(const Conversion& c, std::size_t pool, std::span<std::byte> bundle,
                          const ContentId& id, std::int64_t block) const;
 

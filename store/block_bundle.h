@@ -167,6 +167,17 @@ class BundleCodec {
   Status DecodeOnePass(std::span<const std::byte> bundle, const ContentId& id,
                        const KvPoolView& dst, std::int64_t block) const;
 
+  // DecodeOnePass into a pool of the same geometry in the other order (HND <-> NHD: a handoff
+  // between nodes whose pools differ only in order): the header and table are checked first;
+  // then, component by component and (layer, K/V) by (layer, K/V) — a range that is contiguous
+  // in both orders — each range is checksummed and at once copied, converted, from the cache into
+  // the destination block; the checksum decides at the end. The same contract as DecodeOnePass
+  // (kCorruption: the destination holds unspecified bytes, do not publish it). kInvalidArgument
+  // (nothing written) when `dst` is not this codec's layout in the other order, has another pool
+  // scale, lacks a component base, or `block` is outside it.
+  Status DecodeOnePassConverting(std::span<const std::byte> bundle, const ContentId& id,
+                                 const KvPoolView& dst, std::int64_t block) const;
+
  private:
   BundleCodec() = default;
   void BuildHeaderTemplate();

@@ -1,5 +1,6 @@
 #include "store/stream_copy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -49,6 +50,34 @@ void CopyStreaming(void* dst, const void* src, std::size_t n) {
   _mm_sfence();
 #else
   std::memcpy(dst, src, n);
+#endif
+}
+
+void CopyStreamingPiece(void* dst, const void* src, std::size_t n) {
+#if KVMESH_STREAMING_STORES
+  auto* d = static_cast<std::uint8_t*>(dst);
+  const auto* s = static_cast<const std::uint8_t*>(src);
+  const std::size_t head = std::min(n, (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16);
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  n -= head;
+  const std::size_t units = n / 16;
+  for (std::size_t i = 0; i < units; ++i) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+    s += 16;
+    d += 16;
+  }
+  std::memcpy(d, s, n - units * 16);
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+void StreamingFence() {
+#if KVMESH_STREAMING_STORES
+  _mm_sfence();
 #endif
 }
 

@@ -20,4 +20,11 @@ inline constexpr std::size_t kStreamingCopyMinBytes = 4096;
 
 void CopyStreaming(void* dst, const void* src, std::size_t n);
 
+// One piece of a copy made of many small pieces (rows scattered by a layout conversion): the
+// destination's whole 16-byte units with non-temporal stores whatever the size, the rest with
+// memcpy, and no fence: call StreamingFence() once after the last piece, before the bytes are
+// published to another thread.
+void CopyStreamingPiece(void* dst, const void* src, std::size_t n);
+void StreamingFence();
+
 }  // namespace kvmesh

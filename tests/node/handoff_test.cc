@@ -208,10 +208,12 @@ TEST(HandoffTest, SourceBlocksAreUnpinnedWhenTheDecodeNodeDoesNotAnswer) {
 
 // A converting handoff (A in HND to B in NHD) from a holder that lies: B pulls from a lying
 // PeerService standing in for A (A's engine and sessions, its own server), which corrupts a payload
-// byte of, or sends another block's bundle for, the first block of every fetch. Each bundle is
-// verified where it landed before its converting copy, so nothing is moved, the handoff answers
-// so, and B's engine computes the prompt with every check passing.
-void ExpectConvertingHandoffRefusesLies(int corrupt_at, int foreign_at) {
+// byte of (in the middle, or the last payload byte: what the one-pass converting decode checks
+// last, after it has written the rest), or sends another block's bundle for, the first block of
+// every fetch. Each bundle is checked as it is decoded and a block that fails is never published,
+// so nothing is moved, the handoff answers so, and B's engine computes the prompt with every
+// check passing.
+void ExpectConvertingHandoffRefusesLies(int corrupt_at, int foreign_at, bool corrupt_last = false) {
   ScratchDir dir;
   std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a", "HND");
   std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b", "NHD");
@@ -220,7 +222,7 @@ void ExpectConvertingHandoffRefusesLies(int corrupt_at, int foreign_at) {
   const auto requests = Prompt(3000, 8);
   ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
   node_test::LyingSource liar(a->block_source(), a->peer_service()->codecs(), corrupt_at,
-                              foreign_at);
+                              foreign_at, /*missing_at=*/-1, corrupt_last);
   PeerService lying(PeerServiceOptions{}, a->peer_sessions(), &liar, a->peer_service()->codecs());
   node_test::PeerOnlyHandler handler(&lying);
   auto server = node_test::StartPeerOnlyServer("node-a", kTestSecret, &handler);
@@ -252,6 +254,10 @@ void ExpectConvertingHandoffRefusesLies(int corrupt_at, int foreign_at) {
 
 TEST(HandoffTest, ConvertingHandoffRefusesACorruptedBundle) {
   ExpectConvertingHandoffRefusesLies(0, -1);
+}
+
+TEST(HandoffTest, ConvertingHandoffRefusesABundleCorruptInItsLastByte) {
+  ExpectConvertingHandoffRefusesLies(0, -1, /*corrupt_last=*/true);
 }
 
 TEST(HandoffTest, ConvertingHandoffRefusesAnotherBlocksBundle) {

@@ -21,20 +21,22 @@
 namespace kvmesh::node_test {
 
 // A holder's block source that lies (or forgets): flips a byte in the middle of block
-// `corrupt_at`'s bundle (its payload, copied out of the pool into the slot first, so the pool
-// itself stays right), or sends the bundle of the next block in place of block `foreign_at` (a
-// valid bundle of another content id).
+// `corrupt_at`'s bundle — or, with `corrupt_last`, its last payload byte (the end of its last
+// component range: what a one-pass decode reads last) — (its payload, copied out of the pool into
+// the slot first, so the pool itself stays right), or sends the bundle of the next block in place
+// of block `foreign_at` (a valid bundle of another content id).
 class LyingSource final : public BlockSource {
  public:
   // `missing_at`: block `missing_at` of a fetch (and so every one after it) is said not to be
   // held any more, as after an eviction between HaveBlocks and FetchBlocks.
   LyingSource(BlockSource* inner, std::vector<BundleCodec> codecs, int corrupt_at, int foreign_at,
-              int missing_at = -1)
+              int missing_at = -1, bool corrupt_last = false)
       : inner_(inner),
         codecs_(std::move(codecs)),
         corrupt_at_(corrupt_at),
         foreign_at_(foreign_at),
-        missing_at_(missing_at) {}
+        missing_at_(missing_at),
+        corrupt_last_(corrupt_last) {}
   Held Count(std::span<const ContentId> ids) override { return inner_->Count(ids); }
   bool Encode(std::span<const ContentId> ids, std::size_t i,
               std::span<const std::span<std::byte>> slots, Prepared* out) override {
@@ -50,7 +52,13 @@ class LyingSource final : public BlockSource {
         from = nullptr;
       }
       std::span<std::byte> b = slots[0].first(static_cast<std::size_t>(codecs_[0].bundle_bytes()));
-      b[b.size() / 2] ^= std::byte{0x40};
+      std::size_t at = b.size() / 2;
+      if (corrupt_last_) {
+        for (const BundleRange& r : codecs_[0].data_ranges()) {
+          if (r.component >= 0) at = static_cast<std::size_t>(r.offset + r.length - 1);
+        }
+      }
+      b[at] ^= std::byte{0x40};
     }
     return true;
   }
@@ -61,6 +69,7 @@ class LyingSource final : public BlockSource {
   const int corrupt_at_;
   const int foreign_at_;
   const int missing_at_;
+  const bool corrupt_last_;
 };
 
 // A streaming sender's ranges that lie: every range is written whole (no seal-only ranges sent

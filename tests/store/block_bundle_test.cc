@@ -6,7 +6,9 @@
 // kCorruption with the destination block untouched. DecodeOnePass (copy while checksumming, for
 // restore destinations) rejects every one of them too: structural failures before a byte is
 // copied, a flipped payload or checksum byte — in any chunk of any component, the last included —
-// at the end.
+// at the end. DecodeOnePassConverting (the same into a pool in the other order: a handoff between
+// HND and NHD nodes) equals the converting block copy for every shape and rejects every
+// malformation the same way.
 #include "store/block_bundle.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +19,7 @@
 #include <limits>
 #include <random>
 
+#include "kernels/block_copy.h"
 #include "tests/store/store_test_util.h"
 
 namespace kvmesh {
@@ -36,6 +39,23 @@ std::vector<std::byte> EncodeBlock(const BundleCodec& codec, const TestPool& poo
   const Status st = codec.Encode(pool.view(), block, id, out);
   EXPECT_TRUE(st.ok()) << st;
   return out;
+}
+
+KvLayout OtherOrder(KvLayout order) {
+  return order == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
+}
+
+// What the converting block copy (kernels/block_copy.h) writes for block `from` of `src` into
+// block `to` of `dst` (a pool in the other order).
+void ConvertingCopy(const TestPool& src, std::int64_t from, const TestPool& dst, std::int64_t to) {
+  const BlockCopyPair pair{from, to};
+  BlockCopyArgs a;
+  a.src = src.view();
+  a.dst = dst.view();
+  a.pairs = &pair;
+  a.num_pairs = 1;
+  const Status st = cpu::BlockCopy(a, nullptr);
+  ASSERT_TRUE(st.ok()) << st;
 }
 
 class BundleRoundTrip : public ::testing::TestWithParam<Shape> {};
@@ -71,6 +91,40 @@ TEST_P(BundleRoundTrip, EncodeDecodeEveryComponent) {
     joined.insert(joined.end(), pieces.pieces[i].begin(), pieces.pieces[i].end());
   }
   EXPECT_EQ(joined, bundle);
+}
+
+// Into a pool in the other order, in one pass: the same bytes as the converting block copy, only
+// the destination block written; a pool in the same order is refused (nothing written).
+TEST_P(BundleRoundTrip, OnePassConvertingEqualsTheConvertingBlockCopy) {
+  const Shape& shape = GetParam();
+  const KvPoolLayout layout = LayoutOf(shape.geometry);
+  const KvPoolLayout other = WithOrder(layout, OtherOrder(layout.order()));
+  auto codec = BundleCodec::Create(layout, shape.pool_scale);
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  TestPool src(layout, 2, shape.pool_scale);
+  TestPool dst(other, 3, shape.pool_scale);
+  TestPool expected(other, 3, shape.pool_scale);
+  src.Fill(1, 321);
+  for (int b = 0; b < 3; ++b) {
+    dst.FillByte(b, 0xA5);
+    expected.FillByte(b, 0xA5);
+  }
+  ConvertingCopy(src, 1, expected, 2);
+  const ContentId id = IdFor(8);
+  const auto bundle = EncodeBlock(*codec, src, 1, id);
+  const Status st = codec->DecodeOnePassConverting(bundle, id, dst.view(), 2);
+  ASSERT_TRUE(st.ok()) << st;
+  for (int b = 0; b < 3; ++b) EXPECT_EQ(dst.Snapshot(b), expected.Snapshot(b)) << "block " << b;
+  if (layout.data().num_heads > 1) {  // with one head both orders are the same bytes
+    EXPECT_NE(dst.Snapshot(2), src.Snapshot(1)) << "copied without converting";
+  }
+
+  TestPool same(layout, 1, shape.pool_scale);
+  same.FillByte(0, 0x11);
+  const auto before = same.Snapshot(0);
+  EXPECT_TRUE(codec->DecodeOnePassConverting(bundle, id, same.view(), 0).IsInvalidArgument());
+  EXPECT_EQ(same.Snapshot(0), before);
+  EXPECT_TRUE(codec->DecodeOnePassConverting(bundle, id, dst.view(), 3).IsInvalidArgument());
 }
 
 // Range by range (remote fetch): the seal (header and checksum) from EncodeSeal, each component
@@ -301,8 +355,11 @@ class BundleMalformed : public ::testing::TestWithParam<Shape> {
     codec_ = std::make_unique<BundleCodec>(std::move(*codec));
     src_ = std::make_unique<TestPool>(layout_, 1, shape.pool_scale);
     dst_ = std::make_unique<TestPool>(layout_, 1, shape.pool_scale);
+    other_ = std::make_unique<TestPool>(WithOrder(layout_, OtherOrder(layout_.order())), 1,
+                                        shape.pool_scale);
     src_->Fill(0, 42);
     dst_->FillByte(0, 0x5A);
+    other_->FillByte(0, 0x5A);
     before_ = dst_->Snapshot(0);
     good_ = EncodeBlock(*codec_, *src_, 0, id_);
   }
@@ -329,7 +386,17 @@ class BundleMalformed : public ::testing::TestWithParam<Shape> {
     if (structural) {
       ASSERT_EQ(dst_->Snapshot(0), before_) << what << ": destination written (one pass)";
     }
-    dst_->FillByte(0, 0x5A);  // as before_, for the next case
+    dst_->FillByte(0, 0x5A);      // as before_, for the next case
+    if (c.layout() == layout_) {  // the converting decode, into the pool in the other order
+      const auto other_before = other_->Snapshot(0);
+      const Status k = c.DecodeOnePassConverting(bundle, want, other_->view(), 0);
+      EXPECT_TRUE(k.IsCorruption()) << what << " (one pass, converting): " << k;
+      if (structural) {
+        ASSERT_EQ(other_->Snapshot(0), other_before)
+            << what << ": destination written (one pass, converting)";
+      }
+      other_->FillByte(0, 0x5A);
+    }
   }
   // Payload offset and the boundaries of every field and component.
   std::vector<std::size_t> Boundaries() const {
@@ -352,7 +419,7 @@ class BundleMalformed : public ::testing::TestWithParam<Shape> {
 
   KvPoolLayout layout_;
   std::unique_ptr<BundleCodec> codec_;
-  std::unique_ptr<TestPool> src_, dst_;
+  std::unique_ptr<TestPool> src_, dst_, other_;  // other_: the layout in the other order
   std::vector<std::byte> before_, good_;
   ContentId id_ = IdFor(1234);
 };
@@ -455,6 +522,10 @@ TEST_P(BundleMalformed, EveryFlippedBit) {
 TEST_P(BundleMalformed, OnePassGoodBundleDecodes) {
   ASSERT_TRUE(codec_->DecodeOnePass(good_, id_, dst_->view(), 0).ok());
   EXPECT_EQ(dst_->Snapshot(0), src_->Snapshot(0));
+  TestPool expected(other_->view().layout, 1, GetParam().pool_scale);
+  ConvertingCopy(*src_, 0, expected, 0);
+  ASSERT_TRUE(codec_->DecodeOnePassConverting(good_, id_, other_->view(), 0).ok());
+  EXPECT_EQ(other_->Snapshot(0), expected.Snapshot(0));
 }
 
 TEST_P(BundleMalformed, OnePassFindsAFlippedByteInEveryComponentAndChunk) {
