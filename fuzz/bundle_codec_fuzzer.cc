@@ -14,7 +14,9 @@
 // seal; Decode succeeds exactly when Verify does; a failed Decode leaves the destination block
 // untouched (kCorruption); a successful one wrote exactly the bundle's block, so encoding the
 // destination block again gives a bundle that verifies, of the same size and with the same
-// header; an accepted bundle is bound to its content id (another id fails).
+// header; an accepted bundle is bound to its content id (another id fails); DecodeOnePassConverting
+// into the same geometry in the other order succeeds exactly when Verify does (kCorruption
+// otherwise), and what it wrote is the converting block copy of what Decode wrote.
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
@@ -23,6 +25,7 @@
 #include "common/check.h"
 #include "fuzz/bundle_shapes.h"
 #include "fuzz/fuzz_input.h"
+#include "kernels/block_copy.h"
 #include "pool/pool_storage.h"
 #include "store/block_bundle.h"
 
@@ -37,6 +40,7 @@ struct Codec {
   BundleCodec codec;
   PoolStorage storage;
   std::vector<std::byte> valid;  // block kSource encoded with kId
+  PoolStorage other;             // the same geometry in the other order
 };
 
 const ContentId kId = BundleId(1);
@@ -51,7 +55,11 @@ std::vector<Codec> MakeCodecs() {
     const PoolMemorySpec spec{*layout, 2, scale};
     auto storage = PoolStorage::Allocate(std::span(&spec, 1));
     KVMESH_CHECK(storage.ok()) << storage.status().ToString();
-    Codec c{std::move(codec).value(), std::move(storage).value(), {}};
+    const KvLayout flipped = layout->order() == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
+    const PoolMemorySpec other_spec{WithOrder(*layout, flipped), 2, scale};
+    auto other = PoolStorage::Allocate(std::span(&other_spec, 1));
+    KVMESH_CHECK(other.ok()) << other.status().ToString();
+    Codec c{std::move(codec).value(), std::move(storage).value(), {}, std::move(other).value()};
     FillSourceBlock(c.storage.view(0), kSource);
     c.valid.resize(static_cast<std::size_t>(c.codec.bundle_bytes()));
     KVMESH_CHECK(c.codec.Encode(c.storage.view(0), kSource, kId, c.valid).ok());
@@ -141,6 +149,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const Status decoded = c.codec.Decode(bundle, id, v, kDestination);
   KVMESH_CHECK_EQ(verified.ok(), decoded.ok())
       << verified.ToString() << " / " << decoded.ToString();
+  const KvPoolView& o = c.other.view(0);
+  const Status converted = c.codec.DecodeOnePassConverting(bundle, id, o, kDestination);
+  KVMESH_CHECK_EQ(verified.ok(), converted.ok())
+      << verified.ToString() << " / " << converted.ToString();
+  KVMESH_CHECK(converted.ok() || converted.IsCorruption()) << converted.ToString();
+  if (converted.ok()) {  // the converting copy of Decode's block, into o's other block
+    const BlockCopyPair pair{kDestination, kSource};
+    BlockCopyArgs a;
+    a.src = v;
+    a.dst = o;
+    a.pairs = &pair;
+    a.num_pairs = 1;
+    KVMESH_CHECK(cpu::BlockCopy(a, nullptr).ok());
+    KVMESH_CHECK(BlockBytes(o, kDestination) == BlockBytes(o, kSource))
+        << "the converting decode wrote other bytes than the converting copy";
+  }
   if (!decoded.ok()) {
     KVMESH_CHECK(decoded.IsCorruption()) << decoded.ToString();
     KVMESH_CHECK(BlockBytes(v, kDestination) == before) << "a refused bundle wrote the block";
