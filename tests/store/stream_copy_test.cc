@@ -25,8 +25,8 @@ template <typename Copy>
 void ExpectExactCopies(Copy copy, bool fence) {
   std::vector<std::uint8_t> src(70000 + 2 * kGuard);
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 131 + 7);
-  std::vector<std::uint8_t> dst(src.size());
   for (const std::size_t n : Sizes()) {
+    std::vector<std::uint8_t> dst(n + 16 + 2 * kGuard);
     for (std::size_t dst_off = 0; dst_off < 16; ++dst_off) {
       for (const std::size_t src_off : {std::size_t{0}, std::size_t{3}, std::size_t{16}}) {
         std::fill(dst.begin(), dst.end(), std::uint8_t{0xEE});
