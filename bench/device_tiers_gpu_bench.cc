@@ -67,13 +67,7 @@ class DeviceSide {
 
 void CopyBlock(const KvPoolView& src, std::int64_t src_block, const KvPoolView& dst,
                std::int64_t dst_block) {
-  const BlockCopyPair pair{src_block, dst_block};
-  BlockCopyArgs a;
-  a.src = src;
-  a.dst = dst;
-  a.pairs = &pair;
-  a.num_pairs = 1;
-  KVMESH_CHECK(cpu::BlockCopy(a, nullptr).ok());
+  KVMESH_CHECK(cpu::CopyBlock(src, src_block, dst, dst_block).ok());
 }
 
 class EmulatedSide final : public DeviceSide {

@@ -469,13 +469,7 @@ CpuStages MeasureCpuStages(const KvPoolView& view, std::int64_t blocks) {
     for (const BundleRange& r : codec->data_ranges()) {
       if (r.component >= 0) in_bundle.base[r.component] = slot(i).data() + r.offset;
     }
-    const BlockCopyPair pair{0, i % kRing};
-    BlockCopyArgs a;
-    a.src = in_bundle;
-    a.dst = other;
-    a.pairs = &pair;
-    a.num_pairs = 1;
-    KVMESH_CHECK(cpu::BlockCopy(a, nullptr).ok());
+    KVMESH_CHECK(cpu::CopyBlock(in_bundle, 0, other, i % kRing).ok());
   }
   out.verify_then_convert = Seconds(start);
   start = std::chrono::steady_clock::now();

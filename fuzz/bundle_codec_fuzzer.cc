@@ -155,13 +155,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       << verified.ToString() << " / " << converted.ToString();
   KVMESH_CHECK(converted.ok() || converted.IsCorruption()) << converted.ToString();
   if (converted.ok()) {  // the converting copy of Decode's block, into o's other block
-    const BlockCopyPair pair{kDestination, kSource};
-    BlockCopyArgs a;
-    a.src = v;
-    a.dst = o;
-    a.pairs = &pair;
-    a.num_pairs = 1;
-    KVMESH_CHECK(cpu::BlockCopy(a, nullptr).ok());
+    KVMESH_CHECK(cpu::CopyBlock(v, kDestination, o, kSource).ok());
     KVMESH_CHECK(BlockBytes(o, kDestination) == BlockBytes(o, kSource))
         << "the converting decode wrote other bytes than the converting copy";
   }

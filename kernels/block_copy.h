@@ -52,5 +52,10 @@ namespace cpu {
 // CanImplementBlockCopy(args).ok() (checked; the error is returned).
 Status BlockCopy(const BlockCopyArgs& args, ThreadPool* executor);
 
+// One whole block, on the calling thread: block `src_block` of `src` into block `dst_block` of
+// `dst` (BlockCopy with one pair; the same checks and errors).
+Status CopyBlock(const KvPoolView& src, std::int64_t src_block, const KvPoolView& dst,
+                 std::int64_t dst_block);
+
 }  // namespace cpu
 }  // namespace kvmesh

@@ -203,13 +203,7 @@ Status LayerRangeFetcher::DecodeRange(const LayerRangeTarget& target, std::int64
   KVMESH_RETURN_IF_ERROR(theirs.Verify(piece, id, range));
   const KvPoolView src = theirs.PayloadView(piece, range);
   const auto copy = [&](const KvPoolView& dst_pool, std::int64_t b) {
-    const BlockCopyPair pair{0, 0};
-    BlockCopyArgs a;
-    a.src = src;
-    a.dst = ours.BlockView(dst_pool, b, range);
-    a.pairs = &pair;
-    a.num_pairs = 1;
-    return cpu::BlockCopy(a, nullptr);
+    return cpu::CopyBlock(src, 0, ours.BlockView(dst_pool, b, range), 0);
   };
   if (options_.engine->device_pools()) {
     // The range's layers through a staging block to the device (the block's other layers are

@@ -391,9 +391,9 @@ Status BundleCodec::Verify(std::span<const std::byte> bundle, const ContentId& i
   return Status::Ok();
 }
 
-Status BundleCodec::DecodeOnePass(std::span<const std::byte> bundle, const ContentId& id,
-                                  const KvPoolView& dst, std::int64_t block) const {
-  KVMESH_RETURN_IF_ERROR(CheckView(dst, block));
+template <typename CopyComponent>
+Status BundleCodec::OnePass(std::span<const std::byte> bundle, const ContentId& id,
+                            CopyComponent&& copy_component) const {
   KVMESH_RETURN_IF_ERROR(VerifyStructure(bundle, id));  // before any byte is copied
   const std::byte* b = bundle.data();
   XXH3_state_t state;
@@ -403,16 +403,11 @@ Status BundleCodec::DecodeOnePass(std::span<const std::byte> bundle, const Conte
     if (component_offset_[c] < 0) continue;
     const std::int64_t off = component_offset_[c];
     XXH3_128bits_update(&state, b + pos, off - pos);  // the header, table and padding before it
-    auto* to = reinterpret_cast<std::byte*>(dst.BlockBytes(static_cast<KvComponent>(c), block));
-    const std::int64_t n = ComponentBytes(layout_, c);
-    // Hash a chunk (which brings it into the cache), then copy it from there with streaming
-    // stores: memory sees one read and one write per byte, as for a large memcpy.
-    for (std::int64_t done = 0; done < n; done += kChunkBytes) {
-      const std::int64_t len = std::min(kChunkBytes, n - done);
-      XXH3_128bits_update(&state, b + off + done, len);
-      CopyStreaming(to + done, b + off + done, len);
-    }
-    pos = off + n;
+    const auto hash = [&state](const std::byte* p, std::int64_t n) {
+      XXH3_128bits_update(&state, p, static_cast<std::size_t>(n));
+    };
+    copy_component(c, b + off, hash);
+    pos = off + ComponentBytes(layout_, c);
   }
   const std::int64_t body = bundle_bytes_ - kBundleChecksumBytes;
   XXH3_128bits_update(&state, b + pos, body - pos);
@@ -425,27 +420,35 @@ Status BundleCodec::DecodeOnePass(std::span<const std::byte> bundle, const Conte
   return Status::Ok();
 }
 
+Status BundleCodec::DecodeOnePass(std::span<const std::byte> bundle, const ContentId& id,
+                                  const KvPoolView& dst, std::int64_t block) const {
+  KVMESH_RETURN_IF_ERROR(CheckView(dst, block));
+  return OnePass(bundle, id, [&](int c, const std::byte* in, const auto& hash) {
+    auto* to = reinterpret_cast<std::byte*>(dst.BlockBytes(static_cast<KvComponent>(c), block));
+    const std::int64_t n = ComponentBytes(layout_, c);
+    // Hash a chunk (which brings it into the cache), then copy it from there with streaming
+    // stores: memory sees one read and one write per byte, as for a large memcpy.
+    for (std::int64_t done = 0; done < n; done += kChunkBytes) {
+      const std::int64_t len = std::min(kChunkBytes, n - done);
+      hash(in + done, len);
+      CopyStreaming(to + done, in + done, static_cast<std::size_t>(len));
+    }
+  });
+}
+
 Status BundleCodec::DecodeOnePassConverting(std::span<const std::byte> bundle, const ContentId& id,
                                             const KvPoolView& dst, std::int64_t block) const {
   const KvLayout other = layout_.order() == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
-  KvPoolView as_ours = dst;  // CheckView for everything but the order
-  as_ours.layout = WithOrder(dst.layout, layout_.order());
   if (!(dst.layout == WithOrder(layout_, other))) {
     return Status::InvalidArgument(
         StrCat("bundle codec: a converting decode needs the codec's layout in the other order (",
                KvLayoutName(other), "); the pool view's is ", KvLayoutName(dst.layout.order()),
                ", dtype ", KvDtypeName(dst.layout.dtype), " vs ", KvDtypeName(layout_.dtype)));
   }
+  KvPoolView as_ours = dst;  // CheckView for everything but the order
+  as_ours.layout = layout_;
   KVMESH_RETURN_IF_ERROR(CheckView(as_ours, block));
-  KVMESH_RETURN_IF_ERROR(VerifyStructure(bundle, id));  // before any byte is copied
-  const std::byte* b = bundle.data();
-  XXH3_state_t state;
-  XXH3_128bits_reset(&state);
-  std::int64_t pos = 0;  // bytes hashed so far
-  for (int c = 0; c < kNumKvComponents; ++c) {
-    if (component_offset_[c] < 0) continue;
-    const std::int64_t off = component_offset_[c];
-    XXH3_128bits_update(&state, b + pos, off - pos);  // the header, table and padding before it
+  const Status st = OnePass(bundle, id, [&](int c, const std::byte* in, const auto& hash) {
     const PagedTensorLayout& from = layout_.components[c];
     const PagedTensorLayout& to = dst.layout.components[c];
     auto* out = reinterpret_cast<std::byte*>(dst.BlockBytes(static_cast<KvComponent>(c), block));
@@ -453,30 +456,19 @@ Status BundleCodec::DecodeOnePassConverting(std::span<const std::byte> bundle, c
     const std::int64_t bits = from.bits;
     const std::int64_t range = from.KvStride() * bits / 8;  // one (layer, K/V): both orders
     const std::int64_t ranges = std::int64_t{from.num_layers} * from.kv_factor;
-    for (std::int64_t r = 0; r < ranges; ++r) {
-      const std::byte* in = b + off + r * range;
-      std::byte* dst_range = out + r * range;
-      XXH3_128bits_update(&state, in, static_cast<std::size_t>(range));  // now in the cache
+    for (std::int64_t r = 0; r < ranges; ++r, in += range, out += range) {
+      hash(in, range);  // now in the cache
       for (std::int32_t h = 0; h < from.num_heads; ++h) {
         for (std::int32_t t = 0; t < from.tokens_per_block; ++t) {
-          CopyStreamingPiece(dst_range + (h * to.HeadStride() + t * to.TokenStride()) * bits / 8,
+          CopyStreamingPiece(out + (h * to.HeadStride() + t * to.TokenStride()) * bits / 8,
                              in + (h * from.HeadStride() + t * from.TokenStride()) * bits / 8,
                              static_cast<std::size_t>(row));
         }
       }
     }
-    pos = off + ComponentBytes(layout_, c);
-  }
+  });
   StreamingFence();
-  const std::int64_t body = bundle_bytes_ - kBundleChecksumBytes;
-  XXH3_128bits_update(&state, b + pos, body - pos);
-  const auto sum = Canonical(XXH3_128bits_digest(&state));
-  if (std::memcmp(sum.data(), b + body, kBundleChecksumBytes) != 0) {
-    return Status::Corruption(StrCat("bundle checksum ", HexOf(b + body, 16), ", computed ",
-                                     HexOf(sum.data(), 16),
-                                     " (the destination was written: do not publish it)"));
-  }
-  return Status::Ok();
+  return st;
 }
 
 Status BundleCodec::Decode(std::span<const std::byte> bundle, const ContentId& id,

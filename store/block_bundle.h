@@ -183,6 +183,12 @@ class BundleCodec {
   void BuildHeaderTemplate();
   Status VerifyStructure(std::span<const std::byte> bundle, const ContentId& id) const;
   Status VerifyTable(const std::byte* bundle) const;  // REQUIRES: the size was checked
+  // The frame of the one-pass decodes: the structure checked first, then the header, table and
+  // padding hashed and, per present component, copy_component(c, payload, hash) — which hashes
+  // (hash(bytes, n), in order) and copies component c's payload — then the checksum compared.
+  template <typename CopyComponent>
+  Status OnePass(std::span<const std::byte> bundle, const ContentId& id,
+                 CopyComponent&& copy_component) const;
 
   KvPoolLayout layout_;
   float pool_scale_ = 1.0f;

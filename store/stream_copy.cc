@@ -20,21 +20,18 @@
 
 namespace kvmesh {
 
-void CopyStreaming(void* dst, const void* src, std::size_t n) {
 #if KVMESH_STREAMING_STORES
-  if (n < kStreamingCopyMinBytes) {
-    std::memcpy(dst, src, n);
-    return;
-  }
-  auto* d = static_cast<std::uint8_t*>(dst);
-  const auto* s = static_cast<const std::uint8_t*>(src);
-  const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16;
+namespace {
+
+// Non-temporal stores for the destination's whole 16-byte units (four at a time while there are
+// 64 bytes left), memcpy for the unaligned head and the tail; no fence.
+void StreamBytes(std::uint8_t* d, const std::uint8_t* s, std::size_t n) {
+  const std::size_t head = std::min(n, (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16);
   std::memcpy(d, s, head);
   d += head;
   s += head;
   n -= head;
-  const std::size_t lines = n / 64;
-  for (std::size_t i = 0; i < lines; ++i) {
+  for (; n >= 64; n -= 64, s += 64, d += 64) {
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
     const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
@@ -43,10 +40,24 @@ void CopyStreaming(void* dst, const void* src, std::size_t n) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
     _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
     _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
-    s += 64;
-    d += 64;
   }
-  std::memcpy(d, s, n - lines * 64);
+  for (; n >= 16; n -= 16, s += 16, d += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  }
+  std::memcpy(d, s, n);
+}
+
+}  // namespace
+#endif
+
+void CopyStreaming(void* dst, const void* src, std::size_t n) {
+#if KVMESH_STREAMING_STORES
+  if (n < kStreamingCopyMinBytes) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  StreamBytes(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src), n);
   _mm_sfence();
 #else
   std::memcpy(dst, src, n);
@@ -55,21 +66,7 @@ void CopyStreaming(void* dst, const void* src, std::size_t n) {
 
 void CopyStreamingPiece(void* dst, const void* src, std::size_t n) {
 #if KVMESH_STREAMING_STORES
-  auto* d = static_cast<std::uint8_t*>(dst);
-  const auto* s = static_cast<const std::uint8_t*>(src);
-  const std::size_t head = std::min(n, (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16);
-  std::memcpy(d, s, head);
-  d += head;
-  s += head;
-  n -= head;
-  const std::size_t units = n / 16;
-  for (std::size_t i = 0; i < units; ++i) {
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d),
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-    s += 16;
-    d += 16;
-  }
-  std::memcpy(d, s, n - units * 16);
+  StreamBytes(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src), n);
 #else
   std::memcpy(dst, src, n);
 #endif

@@ -113,6 +113,17 @@ Status CanImplementBlockCopy(const BlockCopyArgs& args) {
 
 namespace cpu {
 
+Status CopyBlock(const KvPoolView& src, std::int64_t src_block, const KvPoolView& dst,
+                 std::int64_t dst_block) {
+  const BlockCopyPair pair{src_block, dst_block};
+  BlockCopyArgs a;
+  a.src = src;
+  a.dst = dst;
+  a.pairs = &pair;
+  a.num_pairs = 1;
+  return BlockCopy(a, nullptr);
+}
+
 Status BlockCopy(const BlockCopyArgs& args, ThreadPool* executor) {
   KVMESH_RETURN_IF_ERROR(CanImplementBlockCopy(args));
   const int n = args.num_tokens < 0 ? args.src.layout.tokens_per_block() : args.num_tokens;

@@ -139,6 +139,20 @@ TEST(BlockCopyTest, CopyWithinOnePool) {
   ExpectCopied(before.view, 1, pool.view, 2, before.view, 5);
 }
 
+// cpu::CopyBlock: one whole block, converting across orders, with BlockCopy's checks.
+TEST(BlockCopyTest, CopyBlockCopiesOneWholeBlockAcrossOrders) {
+  auto layout = MakeKvPoolLayout(Geometries()[2]);  // fp8 per token-head: data and scales
+  ASSERT_TRUE(layout.ok());
+  TestPool src(*layout, 3, 1);
+  TestPool dst(WithOrder(*layout, KvLayout::kNHD), 3, 2);
+  TestPool before(WithOrder(*layout, KvLayout::kNHD), 3, 2);
+  ASSERT_TRUE(cpu::CopyBlock(src.view, 2, dst.view, 0).ok());
+  ExpectCopied(src.view, 2, dst.view, 0, before.view, layout->tokens_per_block());
+  ExpectCopied(before.view, 1, dst.view, 1, before.view, layout->tokens_per_block());  // untouched
+  EXPECT_NE(cpu::CopyBlock(src.view, 0, dst.view, 3).message().find("out of range"),
+            std::string::npos);
+}
+
 TEST(BlockCopyTest, RejectsWhatItCannotDo) {
   auto layout = MakeKvPoolLayout(Geometries()[2]);  // fp8 per token-head
   ASSERT_TRUE(layout.ok());

@@ -48,13 +48,7 @@ KvLayout OtherOrder(KvLayout order) {
 // What the converting block copy (kernels/block_copy.h) writes for block `from` of `src` into
 // block `to` of `dst` (a pool in the other order).
 void ConvertingCopy(const TestPool& src, std::int64_t from, const TestPool& dst, std::int64_t to) {
-  const BlockCopyPair pair{from, to};
-  BlockCopyArgs a;
-  a.src = src.view();
-  a.dst = dst.view();
-  a.pairs = &pair;
-  a.num_pairs = 1;
-  const Status st = cpu::BlockCopy(a, nullptr);
+  const Status st = cpu::CopyBlock(src.view(), from, dst.view(), to);
   ASSERT_TRUE(st.ok()) << st;
 }
 
