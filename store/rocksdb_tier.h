@@ -136,7 +136,7 @@ struct RocksDbTierOptions {
   std::vector<RocksDbTierPool> pools;
 
   DiskDurability durability = DiskDurability::kFlush;
-  std::int64_t flush_after_bytes = 16ll << 20;  // kFlush: unflushed bundle bytes before a flush
+  std::int64_t flush_after_bytes = 64ll << 20;  // kFlush: unflushed bundle bytes before a flush
   std::int64_t flush_after_ms = 1000;           // kFlush: age of the oldest unflushed put, ms
   bool wal_sync = false;                        // kWal: fsync the WAL on every put
   DiskDamagePolicy on_damage = DiskDamagePolicy::kMoveAside;
@@ -154,8 +154,10 @@ struct RocksDbTierOptions {
   bool use_direct_io = false;  // direct reads and direct flush/compaction writes
   // Per memtable of the bundle families (>= 256 KiB); at most capacity_bytes / 32 is used (when
   // the capacity is counted on disk, >= 16 MiB), so that memtables and level-0 files stay a small
-  // part of a small tier.
-  std::int64_t write_buffer_bytes = 16ll << 20;
+  // part of a small tier. 64 MiB as RocksDB's own default: each flush is one level-0 file, and
+  // each compaction of level 0 rewrites the keys of the whole family, so smaller memtables (and a
+  // smaller flush_after_bytes) multiply that work (docs/disk-tier.md, Memtables).
+  std::int64_t write_buffer_bytes = 64ll << 20;
   int max_write_buffer_number = 2;             // >= 2
   std::int64_t block_cache_bytes = 8ll << 20;  // 0: no block cache
   bool fill_cache = true;                      // reads insert into the block cache

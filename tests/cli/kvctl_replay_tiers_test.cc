@@ -256,7 +256,8 @@ TEST(KvctlReplayTiersDiskTest, DiskFailingDuringTheRunIsShownInBothOutputs) {
   const rlimit small{128 << 10, old.rlim_max};  // inherited by kvctl; its outputs stay smaller
   signal(SIGXFSZ, SIG_IGN);                     // a write past it fails (EFBIG) instead of killing
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
-  // Long enough (a few seconds) that the tier's timed flush fails while puts go on.
+  // Blocks large enough that the spilled bundles cross the tier's flush_after_bytes (64 MiB) well
+  // before the end: that flush fails while puts go on.
   const std::vector<std::string> longer = {"replay",
                                            "--synthetic",
                                            "--conversations",
@@ -264,7 +265,7 @@ TEST(KvctlReplayTiersDiskTest, DiskFailingDuringTheRunIsShownInBothOutputs) {
                                            "--capacity-blocks",
                                            "300",
                                            "--tier-block-bytes",
-                                           "1KiB",
+                                           "4KiB",
                                            "--host-tier-blocks",
                                            "300",
                                            "--disk-tier-blocks",
