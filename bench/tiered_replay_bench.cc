@@ -24,6 +24,9 @@
 //   INFO  tiered_replay_requests_per_s_whole_run_vs_pool_only   (the same over the whole run:
 //     creating the tiers, replaying, draining and flushing)
 //   INFO  pool_only_hit_rate_vs_unlimited <pool alone / unlimited> unlimited  (information)
+//   INFO  tiered_replay_whole_run_cpu_bound_vs_pool_only   (the pool alone's time over the least
+//     time the whole run's measured CPU allows: the threads' CPU spread perfectly over the
+//     cores, and no thread faster than its own CPU; compare with the whole-run INFO above)
 //   INFO  tiered_onboard_host_vs_memcpy <host onboard bytes/s / memcpy of 4 KiB blocks> memcpy
 #include <sys/statvfs.h>
 
@@ -123,6 +126,10 @@ bool Report(const ReplayResult& alone, const TieredReplayResult& tiered, double 
       static_cast<long long>(s.offload.skipped_priority),
       static_cast<long long>(s.offload.offload_failed));
   PrintTraffic("offload", s.offload.offload);
+  std::printf(
+      "  (of the offloaded blocks, %lld copied by the replay thread while it waited for "
+      "them, the rest by the copy worker)\n",
+      static_cast<long long>(s.offload.offload_helped));
   PrintTraffic("spill", s.offload.spill);
   PrintTraffic("onboard host", s.offload.onboard_host);
   PrintTraffic("onboard disk", s.offload.onboard_disk);
@@ -179,6 +186,17 @@ bool Report(const ReplayResult& alone, const TieredReplayResult& tiered, double 
               alone.requests_per_s() > 0
                   ? static_cast<double>(t.requests) / tiered_wall / alone.requests_per_s()
                   : 0.0);
+  // What the CPU the run used allows at best: its threads' CPU spread perfectly over the cores,
+  // and no thread faster than its own CPU. A RATIO near this bound is CPU-bound, not waiting.
+  double busiest_thread = 0;
+  for (const auto& [name, cpu] : s.thread_cpu_s) busiest_thread = std::max(busiest_thread, cpu);
+  const double cpu_floor_s =
+      std::max(cpu_total / std::max(1u, std::thread::hardware_concurrency()), busiest_thread);
+  std::printf(
+      "INFO tiered_replay_whole_run_cpu_bound_vs_pool_only %.3f pool_only (the best the whole "
+      "run's CPU allows: %.2f s of CPU over %u cores, busiest thread %.2f s)\n",
+      cpu_floor_s > 0 ? alone.wall_s / cpu_floor_s : 0.0, cpu_total,
+      std::thread::hardware_concurrency(), busiest_thread);
   std::printf("INFO tiered_onboard_host_vs_memcpy %.3f memcpy_4KiB_blocks\n",
               memcpy_rate > 0 ? s.offload.onboard_host.bytes_per_s() / memcpy_rate : 0.0);
   if (s.mismatched_blocks != 0) {

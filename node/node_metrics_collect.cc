@@ -223,6 +223,10 @@ void CollectTiers(const OffloadStats& os, Families& f) {
                                   MetricType::kCounter);
   Put(skipped, {{"reason", "priority"}}, static_cast<double>(os.skipped_priority));
   Put(skipped, {{"reason", "clean"}}, static_cast<double>(os.skipped_clean));
+  f.One("kvmesh_offload_helped_blocks_total",
+        "Of the offloaded blocks, those copied by a pool call that was waiting for them (on its "
+        "own thread), not by a copy worker.",
+        MetricType::kCounter, static_cast<double>(os.offload_helped));
   f.One("kvmesh_onboard_corrupt_blocks_total",
         "Tier reads during restores that failed verification (each a miss).", MetricType::kCounter,
         static_cast<double>(os.onboard_corrupt));

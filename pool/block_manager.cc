@@ -304,6 +304,14 @@ bool BlockManager::MakeRoom(const Match& m, const Admission& a) {
   return ok;
 }
 
+void BlockManager::AwaitMoves(std::uint64_t target) {
+  if (EvictionListener* l = env_.eviction_listener; l != nullptr) {
+    while (moves_.completions() < target && moves_.outstanding() > 0 && l->HelpMoveOut()) {
+    }
+  }
+  moves_.AwaitCompletions(target);
+}
+
 void BlockManager::ApplyReuseRetention(const Sequence& seq, const Match& m) {
   if (seq.retention.empty()) return;
   const std::int64_t t = tokens_per_block();
@@ -332,7 +340,7 @@ Result<AddSequenceResult> BlockManager::AddSequence(RequestId request,
   // and then everything is planned again (the tree may have changed meanwhile).
   std::uint64_t wait_target = 0;
   for (bool wait = false;; wait = true) {
-    if (wait) moves_.AwaitCompletions(wait_target);
+    if (wait) AwaitMoves(wait_target);
     MutexLock lock(&mu_);
     if (sequences_.contains(request)) {
       return Status::InvalidArgument(StrCat("request ", request.value, " is already running"));

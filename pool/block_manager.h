@@ -392,6 +392,9 @@ class BlockManager final : private BlockPinOwner {
   // block_manager_list.cc: a cached node as FindBlock describes it.
   CachedBlockInfo DescribeNode(NodeRef n) const KVMESH_REQUIRES(mu_);
   void AbandonRestore(RestoreReservation::State& st) KVMESH_EXCLUDES(mu_);
+  // Waits until `target` moves out completed (or none is outstanding), first helping the eviction
+  // listener with its queued move-out work (EvictionListener::HelpMoveOut) while it has some.
+  void AwaitMoves(std::uint64_t target) KVMESH_EXCLUDES(mu_);
 
   const BlockManagerConfig config_;
   const BlockManagerEnv env_;

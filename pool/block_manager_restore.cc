@@ -136,7 +136,7 @@ Result<RestoreReservation> BlockManager::ReserveRestore(std::span<const Token> p
   // A wait for moves out happens without the lock; then everything is looked at again.
   std::uint64_t wait_target = 0;
   for (bool wait = false;; wait = true) {
-    if (wait) moves_.AwaitCompletions(wait_target);
+    if (wait) AwaitMoves(wait_target);
     MutexLock lock(&mu_);
     Result<std::unique_ptr<RestoreReservation::State>> st =
         ReserveLocked(prompt, options, plan, count);

@@ -40,7 +40,7 @@ Result<AppendResult> BlockManager::AppendTokens(RequestId request, std::span<con
   // A wait for moves out happens without the lock; then everything is looked at again.
   std::uint64_t wait_target = 0;
   for (bool wait = false;; wait = true) {
-    if (wait) moves_.AwaitCompletions(wait_target);
+    if (wait) AwaitMoves(wait_target);
     MutexLock lock(&mu_);
     auto it = sequences_.find(request);
     if (it == sequences_.end()) return UnknownRequest(request);

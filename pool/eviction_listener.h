@@ -24,8 +24,15 @@
 // that ticket may read the block until it completes it, and the claiming sequence gets the block
 // only then (AddSequence waits for it without the manager's lock, pool/move_out.h).
 //
-// Thread safety: called from whichever thread runs the manager call; never concurrently with
-// itself (the mutex serialises calls).
+// Helping (HelpMoveOut): a manager call that finds too many blocks moving out to make room waits
+// for some of them to complete. Before it sleeps it asks the listener to help: a listener whose
+// move-out work sits in a queue runs some of it on the waiting thread. On a busy machine the
+// worker that would do it may not be running, and waking it and then being woken by it costs
+// more than the copy (store/offload_engine.h, HelpMoveOut).
+//
+// Thread safety: OnEvict and OnEvictDeferrable are called from whichever thread runs the manager
+// call; never concurrently with themselves (the mutex serialises calls). HelpMoveOut runs without
+// the manager's lock, concurrently with anything.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +70,13 @@ class EvictionListener {
   virtual void OnEvictDeferrable(const EvictedBlock& block, MoveOutTicket& /*ticket*/) {
     OnEvict(block);
   }
+  // Called by a manager call that is about to wait for moves out (the tickets it took), without
+  // the manager's lock: do some of the queued move-out work on the calling thread and complete
+  // its tickets, instead of letting the caller sleep until a worker gets to it. Returns whether
+  // any ticket was completed; false (the default) when nothing is queued or the listener cannot
+  // help, and the caller then waits. May be called from any number of threads at once. See
+  // "Helping" above.
+  virtual bool HelpMoveOut() { return false; }
 };
 
 }  // namespace kvmesh

@@ -302,21 +302,45 @@ void OffloadEngine::DrainOffloads() {
         offload_queue_.pop_front();
       }
     }
-    if (staging_) {
-      CopyOutStaged(batch);
-    } else {
-      for (PendingOffload& p : batch) {
-        CopyOut(p.block, options_.pools[p.block.pool.value], p.block.block.value);
-        p.ticket.Complete();  // the block may be reused from now on
-      }
-    }
-    {
-      MutexLock lock(&mu_);
-      in_flight_ -= static_cast<std::int64_t>(batch.size());
-      if (in_flight_ == 0) cv_.notify_all();
-    }
-    batch.clear();
+    RunOffloads(batch);
   }
+}
+
+void OffloadEngine::RunOffloads(std::vector<PendingOffload>& batch) {
+  if (staging_) {
+    CopyOutStaged(batch);
+  } else {
+    for (PendingOffload& p : batch) {
+      CopyOut(p.block, options_.pools[p.block.pool.value], p.block.block.value);
+      p.ticket.Complete();  // the block may be reused from now on
+    }
+  }
+  {
+    MutexLock lock(&mu_);
+    in_flight_ -= static_cast<std::int64_t>(batch.size());
+    if (in_flight_ == 0) cv_.notify_all();
+  }
+  batch.clear();
+}
+
+bool OffloadEngine::HelpMoveOut() {
+  std::vector<PendingOffload> batch;
+  {
+    MutexLock lock(&mu_);
+    if (offload_queue_.empty()) return false;
+    // A worker's share: the waiting thread is one more drainer.
+    const std::size_t n = std::clamp<std::size_t>(
+        offload_queue_.size() / static_cast<std::size_t>(drainers_ + 1), 1, kOffloadBatch);
+    batch.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      batch.push_back(std::move(offload_queue_.front()));
+      offload_queue_.pop_front();
+    }
+  }
+  counters_->offload_helped.fetch_add(static_cast<std::int64_t>(batch.size()),
+                                      std::memory_order_relaxed);
+  RunOffloads(batch);
+  return true;
 }
 
 Status OffloadEngine::Spill(const EvictedBundle& victim) {
@@ -457,6 +481,7 @@ OffloadStats OffloadEngine::stats() const {
   s.onboard_failed = ld(c.onboard_failed);
   s.listener_s = static_cast<double>(ld(c.listener_ns)) * 1e-9;
   s.lookup_s = static_cast<double>(ld(c.lookup_ns)) * 1e-9;
+  s.offload_helped = ld(c.offload_helped);
   {
     MutexLock lock(&mu_);
     s.copies_in_flight = in_flight_;

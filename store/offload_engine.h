@@ -19,6 +19,11 @@
 //     workers drain the queue in batches, putting each block into the top tier (host, or RocksDB
 //     without a host tier) and completing its ticket: the slot is not reused before the copy is
 //     done, and the manager's lock is not held during the copy.
+//   A manager call that must wait for moves out first helps (HelpMoveOut): it takes a batch
+//   off the queue and copies it itself, as a worker would, while the queue has any, and sleeps
+//   only for copies a worker has already started. On a machine whose cores are all busy the
+//   worker is often not running when the manager needs its blocks; waking it, then being woken
+//   by it, cost more than the copies (tiered_replay_bench: docs/architecture.md, Tiers).
 //   Claimed blocks (a sequence's copy-free partial reuse, kClaimed) take the same deferred path:
 //   the engine takes the claim's ticket and a worker copies the block; the manager hands it to
 //   the claiming sequence once the ticket completed, waiting without its lock.
@@ -160,6 +165,9 @@ struct OffloadStats {
   std::int64_t onboard_corrupt = 0;  // reads that failed verification (each a miss)
   std::int64_t onboard_failed = 0;   // other read errors (I/O)
   std::int64_t copies_in_flight = 0;
+  // Of offload.blocks, copied by a manager call that was waiting for them (HelpMoveOut), not by a
+  // copy worker.
+  std::int64_t offload_helped = 0;
   double listener_s = 0;  // in the eviction listener's calls (under the manager's lock)
   double lookup_s = 0;    // in CountHeld (the tiers' indexes)
   bool has_host = false;
@@ -211,6 +219,9 @@ class OffloadEngine final : public EvictionListener {
   // ---- EvictionListener (called under the block manager's lock)
   void OnEvict(const EvictedBlock& block) override;
   void OnEvictDeferrable(const EvictedBlock& block, MoveOutTicket& ticket) override;
+  // Called without the manager's lock by a manager call about to wait for moves out: copies a
+  // batch of queued victims on the calling thread, as a worker would (counted: offload_helped).
+  bool HelpMoveOut() override;
 
   // ---- onboard
   // How many of `ids`, from the first on, have every pool's block in some tier (not verified).
@@ -322,6 +333,9 @@ class OffloadEngine final : public EvictionListener {
   [[nodiscard]] std::size_t OnboardRange() const;
   // A copy worker's loop: takes queued offloads in batches until the queue is empty.
   void DrainOffloads() KVMESH_EXCLUDES(mu_);
+  // Copies a batch taken off offload_queue_ (staged for device pools) and completes its tickets;
+  // then counts it out of in_flight_.
+  void RunOffloads(std::vector<PendingOffload>& batch) KVMESH_EXCLUDES(mu_);
   // The spill thread's loop: writes queued spills, a batch per RocksDB write, until the queue is
   // empty.
   void DrainSpills() KVMESH_EXCLUDES(mu_);

@@ -58,7 +58,7 @@ struct OffloadEngine::Counters {
   offload_internal::TrafficCounters offload, spill, onboard_host, onboard_disk;
   std::atomic<std::int64_t> evictions_seen{0}, skipped_priority{0}, skipped_clean{0},
       offload_failed{0}, spill_skipped_clean{0}, spill_failed{0}, onboard_missing{0},
-      onboard_corrupt{0}, onboard_failed{0}, listener_ns{0}, lookup_ns{0};
+      onboard_corrupt{0}, onboard_failed{0}, listener_ns{0}, lookup_ns{0}, offload_helped{0};
 };
 
 struct OffloadEngine::OnboardJob {

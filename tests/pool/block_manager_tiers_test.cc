@@ -211,6 +211,77 @@ TEST(BlockManagerMoveOutTest, AnAdmissionShortOfManyBlocksWaitsForThemInBatches)
   ASSERT_TRUE(m->RemoveSequence(R(100)).ok());
 }
 
+// Queues every ticket and has no worker: a ticket completes only when a waiting manager call
+// helps (HelpMoveOut), or when the test completes the rest (Release).
+class HelpOnlyMover : public EvictionListener {
+ public:
+  void OnEvict(const EvictedBlock&) override {}
+  void OnEvictDeferrable(const EvictedBlock&, MoveOutTicket& ticket) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(ticket));
+  }
+  bool HelpMoveOut() override {
+    MoveOutTicket t;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) return false;
+      t = std::move(queue_.front());
+      queue_.pop_front();
+      if (std::this_thread::get_id() != caller) helped_elsewhere = true;
+    }
+    helped.fetch_add(1);
+    t.Complete();
+    return true;
+  }
+  void Release() {
+    std::deque<MoveOutTicket> rest;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      rest.swap(queue_);
+    }
+  }
+  std::thread::id caller;
+  std::atomic<int> helped{0};
+  bool helped_elsewhere = false;  // guarded by mu_ (read after the calls returned)
+
+ private:
+  std::mutex mu_;
+  std::deque<MoveOutTicket> queue_;
+};
+
+// A manager call that must wait for moves out first does the listener's queued move-out work
+// itself (HelpMoveOut, without the manager's lock), on its own thread: with no worker at all,
+// AddSequence and AppendTokens short of many moving blocks still finish. Without the help they
+// would wait for ever (here: the test's 10 s bound, then the tickets are completed to end it).
+TEST(BlockManagerMoveOutTest, AManagerCallThatMustWaitHelpsTheListenerMoveBlocksOut) {
+  HelpOnlyMover listener;
+  BlockManagerEnv env;
+  env.eviction_listener = &listener;
+  BlockManagerConfig c = OnePoolConfig(64);
+  c.max_moving_out_blocks = 8;
+  auto m = MakeManager(c, env);
+  for (int i = 0; i < 64; ++i) StoreOneBlock(*m, i + 1, 10 * (i + 1));
+  auto call = std::async(std::launch::async, [&] {
+    listener.caller = std::this_thread::get_id();
+    auto r = m->AddSequence(R(100), Tokens(48 * 4, 100000));
+    if (!r.ok()) return r.status();
+    // 16 more blocks: AppendTokens waits (and helps) too.
+    return m->AppendTokens(R(100), Tokens(16 * 4, 200000)).status();
+  });
+  const bool finished = call.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!finished) listener.Release();
+  ASSERT_TRUE(finished) << "the waiting calls did not help";
+  const Status st = call.get();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_GE(listener.helped.load(), 48 + 16 - 8);
+  EXPECT_FALSE(listener.helped_elsewhere);
+  const BlockManagerStats s = m->GetStats();
+  EXPECT_EQ(s.pools[0].allocation_waits, 0u);
+  EXPECT_CONSISTENT(*m);
+  ASSERT_TRUE(m->RemoveSequence(R(100)).ok());
+  listener.Release();
+}
+
 TEST(BlockManagerMoveOutTest, MovingBlocksCountAsAvailableSoAdmissionsDoNotFail) {
   SlowMover listener(std::chrono::milliseconds(10));
   BlockManagerEnv env;

@@ -69,6 +69,42 @@ TEST(TieredCacheTest, OffloadsVictimsAtOrAboveTheThresholdOnly) {
   ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{6}).ok());
 }
 
+// An admission that must wait for victims to move out copies queued victims itself
+// (OffloadEngine::HelpMoveOut) rather than sleeping until the copy worker gets to them: on host
+// pools and on (emulated) device pools, whose help stages the copies like a worker. Every block
+// copied either way comes back from the host tier with its bytes.
+class HelpingTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(HelpingTest, WaitingAdmissionsCopyQueuedVictimsAndEveryBlockComesBack) {
+  RigOptions o = Small(8, 512);
+  o.max_moving_out = 4;  // an admission of 8 blocks into a full pool must wait for victims
+  o.emulated_device = GetParam();
+  Rig rig(o);
+  constexpr int kDocs = 40;
+  for (int d = 1; d <= kDocs; ++d)
+    rig.Run(static_cast<std::uint64_t>(d), Doc(8 * kT, d), WholeBlocks());
+  rig.engine().Drain();
+  const OffloadStats s = rig.engine().stats();
+  EXPECT_GT(s.offload_helped, 0) << "no waiting admission helped";
+  EXPECT_LE(s.offload_helped, s.offload.blocks);
+  EXPECT_EQ(s.offload_failed, 0);
+  EXPECT_EQ(s.offload.blocks, (kDocs - 1) * 8);  // every evicted block copied once
+  for (int d = 1; d < kDocs; ++d) {
+    const auto prompt = Doc(8 * kT, d);
+    auto r = rig.cache().AddSequence(RequestId{1000 + static_cast<std::uint64_t>(d)}, prompt,
+                                     WholeBlocks());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->reused_blocks, 8) << d;
+    EXPECT_TRUE(rig.ReusedBytesMatch(prompt, WholeBlocks(), *r)) << d;
+    ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{1000 + static_cast<std::uint64_t>(d)}).ok());
+  }
+  EXPECT_EQ(rig.cache().stats().offload.onboard_corrupt, 0);
+  EXPECT_TRUE(rig.manager().CheckInvariants().ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(HostAndDevicePools, HelpingTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Device" : "Host"; });
+
 TEST(TieredCacheTest, InclusiveTiersDoNotCopyACleanBlockAgain) {
   Rig rig(Small(2, 8));
   const auto a = Doc(kT, 1);

@@ -66,9 +66,13 @@ TEST(TieredReplayTest, HandCheckedFourRequests) {
   EXPECT_EQ(s.geometry.head_dim, 2);
 }
 
+// Long enough that some spilled blocks reach RocksDB before they are asked for again also on a
+// loaded machine: until the spill thread has written a block it is found in the spill staging (a
+// host hit). With 60 conversations (46 ms) and the replay thread doing offload copies itself
+// (HelpMoveOut), a run beside another test saw no disk hit 2 times in 20.
 TEST(TieredReplayTest, SyntheticTraceThroughHostAndDiskWithAsyncCopies) {
   SyntheticTraceOptions g;
-  g.conversations = 60;
+  g.conversations = 200;
   g.turns = 4;
   g.system_prompts = 3;
   g.system_prompt_blocks = 2;
