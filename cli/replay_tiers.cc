@@ -168,7 +168,8 @@ void PrintReplayTiersText(const ReplayResult& r, const TieredReplayStats& t, std
   out << "with tiers  hit rate " << FormatFixed(r.hit_rate_with_tiers(), 4) << "\n";
   out << "offload     " << Traffic(s.offload) << "\n";
   out << "            skipped: " << s.skipped_clean << " clean (in a tier already), "
-      << s.skipped_priority << " below priority; " << s.offload_failed << " failed\n";
+      << s.skipped_priority << " below priority; " << s.offload_failed << " failed; "
+      << s.offload_helped << " copied by the replay while it waited for them\n";
   if (s.has_disk) {
     out << "spill       " << Traffic(s.spill) << "; " << s.spill_failed << " failed\n";
   }
@@ -208,6 +209,7 @@ Json ReplayTiersJson(const ReplayResult& r, const TieredReplayStats& t) {
   j["skipped_clean"] = s.skipped_clean;
   j["skipped_priority"] = s.skipped_priority;
   j["offload_failed"] = s.offload_failed;
+  j["offload_helped"] = s.offload_helped;
   j["spill_failed"] = s.spill_failed;
   j["corrupt_reads"] = s.onboard_corrupt;
   j["verified_blocks"] = t.verified_blocks;
