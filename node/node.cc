@@ -160,6 +160,23 @@ ControlServerOptions ServerOptions(const NodeConfig& c, std::string node_id, std
 
 }  // namespace
 
+RocksDbTierOptions DiskTierOptions(const NodeConfig& c) {
+  const DiskTierSection& k = c.disk_tier;
+  RocksDbTierOptions d;
+  d.path = k.path.empty() ? c.data_dir + "/rocksdb" : k.path;
+  d.capacity_bytes = k.capacity;
+  d.durability = k.durability;
+  d.flush_after_ms = k.flush_interval.count();
+  d.wal_sync = k.wal_sync;
+  d.on_damage = k.on_damage;
+  d.verify_block_checksums = k.verify_checksums;
+  d.use_direct_io = k.direct_io;
+  d.write_buffer_bytes = k.write_buffer;
+  d.block_cache_bytes = k.block_cache;
+  d.max_background_jobs = k.background_jobs;
+  return d;
+}
+
 Result<std::unique_ptr<Node>> Node::Start(const NodeConfig& config) {
   std::unique_ptr<Node> node(new Node());
   Status st = node->Open(config);
@@ -267,10 +284,7 @@ Status Node::Open(const NodeConfig& config) {
     t.offload.device_pools = std::move(d);
   }
   if (c.disk_tier.enabled) {
-    RocksDbTierOptions d;
-    d.path = c.disk_tier.path.empty() ? c.data_dir + "/rocksdb" : c.disk_tier.path;
-    d.capacity_bytes = c.disk_tier.capacity;
-    t.offload.disk = d;
+    t.offload.disk = DiskTierOptions(c);
   }
   Result<std::unique_ptr<TieredCache>> created = TieredCache::Create(std::move(t));
   if (!created.ok()) return created.status().WithContext("tiers");

@@ -70,6 +70,11 @@
 
 namespace kvmesh {
 
+// The RocksDB tier's options from the config's disk_tier section (the path resolved to
+// <data_dir>/rocksdb when empty); the tier's other settings keep their defaults. The pools are
+// added by the tiered cache.
+RocksDbTierOptions DiskTierOptions(const NodeConfig& c);
+
 struct ShutdownReport {
   bool drained = true;  // no request was still running at the drain deadline
   std::int64_t released_sequences = 0;

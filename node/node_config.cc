@@ -106,6 +106,19 @@ Problem CheckDiskTier(const DiskTierSection& d) {
                                            " must be > 0 while the disk tier is enabled (or set "
                                            "disk_tier.enabled: false)"));
   }
+  if (d.flush_interval.count() <= 0) {
+    return At("disk_tier.flush_interval", StrCat(d.flush_interval.count(), " ms must be > 0"));
+  }
+  if (d.write_buffer < kMinDiskWriteBuffer) {
+    return At("disk_tier.write_buffer",
+              StrCat(d.write_buffer, " bytes is less than 256 KiB, the smallest memtable"));
+  }
+  if (d.block_cache < 0) {
+    return At("disk_tier.block_cache", StrCat(d.block_cache, " must be >= 0 (0: none)"));
+  }
+  if (d.background_jobs < 1) {
+    return At("disk_tier.background_jobs", StrCat(d.background_jobs, " must be at least 1"));
+  }
   return std::nullopt;
 }
 

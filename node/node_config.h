@@ -14,7 +14,8 @@
 //                pool_shares, enable_block_reuse, enable_partial_reuse, eviction_policy,
 //                host_cache_size, secondary_offload_min_priority, event_buffer_max_size,
 //                copy_threads, nvfp4_global_scale, nvfp4_expected_amax, fp8_per_tensor_scale
-//   disk_tier    enabled, path, capacity
+//   disk_tier    enabled, path, capacity, durability, flush_interval, wal_sync, on_damage,
+//                verify_checksums, direct_io, write_buffer, block_cache, background_jobs
 //   control      unix_socket, tcp_listen, secret, secret_env, secret_file, max_frame_size,
 //                handshake_timeout, idle_timeout, request_timeout, max_connections,
 //                max_inflight_per_connection, max_inflight_total, io_threads, worker_threads,
@@ -51,6 +52,7 @@
 #include "common/result.h"
 #include "pool/cache_config.h"
 #include "pool/eviction_policy.h"
+#include "store/disk_policy.h"
 
 namespace kvmesh {
 
@@ -98,10 +100,20 @@ struct KvCacheSection {
   friend bool operator==(const KvCacheSection&, const KvCacheSection&);
 };
 
+// The RocksDB tier (store/rocksdb_tier.h, docs/disk-tier.md has what each setting does).
 struct DiskTierSection {
   bool enabled = true;
   std::string path;                    // empty: <data_dir>/rocksdb
   std::int64_t capacity = 10ll << 30;  // bytes (> 0 when enabled)
+  DiskDurability durability = DiskDurability::kFlush;
+  std::chrono::milliseconds flush_interval{1000};  // flush: longest a put stays unflushed, > 0
+  bool wal_sync = false;                           // wal: fsync the log on every put
+  DiskDamagePolicy on_damage = DiskDamagePolicy::kMoveAside;
+  bool verify_checksums = true;            // RocksDB's own checksums on reads
+  bool direct_io = false;                  // O_DIRECT reads and flush/compaction writes
+  std::int64_t write_buffer = 64ll << 20;  // per memtable of a pool, >= 256 KiB
+  std::int64_t block_cache = 8ll << 20;    // RocksDB's block cache, >= 0
+  int background_jobs = 2;                 // RocksDB's flush and compaction threads, >= 1
   friend bool operator==(const DiskTierSection&, const DiskTierSection&) = default;
 };
 

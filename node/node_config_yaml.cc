@@ -343,6 +343,27 @@ const Field kDiskTierFields[] = {
     {"enabled", [](const Value& v, NodeConfig& c) { return ReadBool(v, &c.disk_tier.enabled); }},
     {"path", [](const Value& v, NodeConfig& c) { return ReadString(v, &c.disk_tier.path); }},
     {"capacity", [](const Value& v, NodeConfig& c) { return ReadBytes(v, &c.disk_tier.capacity); }},
+    {"durability",
+     [](const Value& v, NodeConfig& c) {
+       return ReadNamed(v, "none, flush or wal", ParseDiskDurability, &c.disk_tier.durability);
+     }},
+    {"flush_interval",
+     [](const Value& v, NodeConfig& c) { return ReadDuration(v, &c.disk_tier.flush_interval); }},
+    {"wal_sync", [](const Value& v, NodeConfig& c) { return ReadBool(v, &c.disk_tier.wal_sync); }},
+    {"on_damage",
+     [](const Value& v, NodeConfig& c) {
+       return ReadNamed(v, "move_aside or stay_off", ParseDiskDamagePolicy, &c.disk_tier.on_damage);
+     }},
+    {"verify_checksums",
+     [](const Value& v, NodeConfig& c) { return ReadBool(v, &c.disk_tier.verify_checksums); }},
+    {"direct_io",
+     [](const Value& v, NodeConfig& c) { return ReadBool(v, &c.disk_tier.direct_io); }},
+    {"write_buffer",
+     [](const Value& v, NodeConfig& c) { return ReadBytes(v, &c.disk_tier.write_buffer); }},
+    {"block_cache",
+     [](const Value& v, NodeConfig& c) { return ReadBytes(v, &c.disk_tier.block_cache); }},
+    {"background_jobs",
+     [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.disk_tier.background_jobs); }},
 };
 
 const Field kControlFields[] = {

@@ -92,6 +92,7 @@
 #include "common/thread_annotations.h"
 #include "pool/entry_heap.h"
 #include "store/block_bundle.h"
+#include "store/disk_policy.h"
 #include "store/slot_map.h"
 #include "store/tier.h"
 
@@ -119,16 +120,8 @@ struct RocksDbTierPool {
   float pool_scale = 1.0f;  // fp8_per_tensor scale or nvfp4 global scale
 };
 
-enum class DiskDurability : std::uint8_t { kNone = 0, kFlush = 1, kWal = 2 };
-enum class DiskDamagePolicy : std::uint8_t { kMoveAside = 0, kStayOff = 1 };
-// "none", "flush", "wal"; "move_aside", "stay_off" (the names a config file uses).
-std::string_view DiskDurabilityName(DiskDurability d);
-Result<DiskDurability> ParseDiskDurability(std::string_view name);
-std::string_view DiskDamagePolicyName(DiskDamagePolicy p);
-Result<DiskDamagePolicy> ParseDiskDamagePolicy(std::string_view name);
-
-// Every setting of the tier, with its default. kvnode's YAML `disk:` section maps onto these
-// fields one to one (docs/disk-tier.md).
+// Every setting of the tier, with its default (docs/disk-tier.md). kvnode's YAML section
+// `disk_tier` sets the ones an operator chooses (node/node_config.h, configs/kvnode.yaml).
 struct RocksDbTierOptions {
   std::string path;                        // the tier folder (created when missing)
   std::string namespace_name = "default";  // written in the marker; another one is refused

@@ -31,7 +31,7 @@ using rocksdb_tier::kMetaFormat;
 
 constexpr double kBloomBitsPerKey = 10;
 constexpr double kBlobForceGcThreshold = 0.5;
-constexpr std::int64_t kMinWriteBuffer = 256 << 10;
+constexpr std::int64_t kMinWriteBuffer = kMinDiskWriteBuffer;
 
 rocksdb::ColumnFamilyOptions MakeFamilyOptions(const RocksDbTierOptions& o,
                                                std::int64_t write_buffer,
@@ -106,33 +106,6 @@ Status OpenError(const std::string& path, std::string_view what, const rocksdb::
 }
 
 }  // namespace
-
-std::string_view DiskDurabilityName(DiskDurability d) {
-  switch (d) {
-    case DiskDurability::kNone: return "none";
-    case DiskDurability::kFlush: return "flush";
-    case DiskDurability::kWal: return "wal";
-  }
-  return "unknown";
-}
-
-Result<DiskDurability> ParseDiskDurability(std::string_view name) {
-  for (auto d : {DiskDurability::kNone, DiskDurability::kFlush, DiskDurability::kWal}) {
-    if (name == DiskDurabilityName(d)) return d;
-  }
-  return Status::InvalidArgument(StrCat("durability '", name, "': use none, flush or wal"));
-}
-
-std::string_view DiskDamagePolicyName(DiskDamagePolicy p) {
-  return p == DiskDamagePolicy::kMoveAside ? "move_aside" : "stay_off";
-}
-
-Result<DiskDamagePolicy> ParseDiskDamagePolicy(std::string_view name) {
-  for (auto p : {DiskDamagePolicy::kMoveAside, DiskDamagePolicy::kStayOff}) {
-    if (name == DiskDamagePolicyName(p)) return p;
-  }
-  return Status::InvalidArgument(StrCat("on_damage '", name, "': use move_aside or stay_off"));
-}
 
 std::string RocksDbTier::DataColumnFamilyName(TierPoolId pool, const GeometryFingerprint& fp) {
   return StrCat("pool.", pool.value, ".", fp.ToHex());

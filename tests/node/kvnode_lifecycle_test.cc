@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "node/node.h"
 #include "pool/primary_memory.h"
 #include "tests/node/node_process.h"
 
@@ -134,6 +136,85 @@ TEST(KvnodeLifecycleTest, DefaultConfigAndJsonLogs) {
     ++parsed;
   }
   EXPECT_GT(parsed, 2);
+}
+
+// Every disk_tier key lands in its field of the tier's options; the path defaults to
+// <data_dir>/rocksdb.
+TEST(KvnodeLifecycleTest, DiskTierOptionsCarryEveryKey) {
+  NodeConfig c;
+  c.data_dir = "/var/lib/kvmesh";
+  RocksDbTierOptions d = DiskTierOptions(c);
+  EXPECT_EQ(d.path, "/var/lib/kvmesh/rocksdb");
+  EXPECT_EQ(d.capacity_bytes, 10ll << 30);
+  EXPECT_EQ(d.durability, DiskDurability::kFlush);
+  EXPECT_EQ(d.flush_after_ms, 1000);
+  EXPECT_EQ(d.write_buffer_bytes, RocksDbTierOptions{}.write_buffer_bytes);
+  DiskTierSection& k = c.disk_tier;
+  k.path = "/ssd/kv";
+  k.capacity = 3ll << 30;
+  k.durability = DiskDurability::kWal;
+  k.flush_interval = std::chrono::milliseconds(250);
+  k.wal_sync = true;
+  k.on_damage = DiskDamagePolicy::kStayOff;
+  k.verify_checksums = false;
+  k.direct_io = true;
+  k.write_buffer = 1 << 20;
+  k.block_cache = 0;
+  k.background_jobs = 3;
+  d = DiskTierOptions(c);
+  EXPECT_EQ(d.path, "/ssd/kv");
+  EXPECT_EQ(d.capacity_bytes, 3ll << 30);
+  EXPECT_EQ(d.durability, DiskDurability::kWal);
+  EXPECT_EQ(d.flush_after_ms, 250);
+  EXPECT_TRUE(d.wal_sync);
+  EXPECT_EQ(d.on_damage, DiskDamagePolicy::kStayOff);
+  EXPECT_FALSE(d.verify_block_checksums);
+  EXPECT_TRUE(d.use_direct_io);
+  EXPECT_EQ(d.write_buffer_bytes, 1 << 20);
+  EXPECT_EQ(d.block_cache_bytes, 0);
+  EXPECT_EQ(d.max_background_jobs, 3);
+}
+
+// The disk_tier keys reach the RocksDB tier: its open line reports the durability and direct I/O
+// chosen, and on_damage decides what a damaged tier does at the next start (here: CURRENT lost).
+TEST(KvnodeLifecycleTest, DiskTierSettingsReachTheTier) {
+  ScratchDir dir;
+  const auto with_disk = [&](const std::string& keys) {
+    std::string cfg = TestConfig(dir.path());
+    const std::string capacity = "  capacity: 64MiB\n";
+    cfg.replace(cfg.find(capacity), capacity.size(), capacity + keys);
+    return cfg;
+  };
+  const std::string chosen =
+      "  durability: wal\n  wal_sync: true\n  flush_interval: 250ms\n  on_damage: stay_off\n"
+      "  verify_checksums: false\n  write_buffer: 1MiB\n  block_cache: 0\n"
+      "  background_jobs: 3\n";
+  auto node = KvnodeProcess::Start(dir.path(), with_disk(chosen));
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto st = (*node)->Terminate();
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->code, 0);
+  EXPECT_THAT((*node)->process().Stderr(),
+              HasSubstr("durability wal blob_files true direct_io false"));
+  node->reset();
+  const std::filesystem::path db = dir.path() / "data" / "rocksdb";
+  ASSERT_TRUE(std::filesystem::remove(db / "CURRENT"));
+  // stay_off: the node does not start, and says why in one line.
+  RunOutput refused = StartExpectingFailure(dir, "stay_off", with_disk(chosen));
+  EXPECT_EQ(refused.status.code, 1) << refused.err;
+  EXPECT_THAT(refused.err, HasSubstr("on_damage is stay_off"));
+  EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+  EXPECT_TRUE(std::filesystem::exists(db));
+  // move_aside (the default): it starts with an empty tier, the damaged folder kept beside it.
+  auto again = KvnodeProcess::Start(dir.path(), with_disk("  durability: none\n"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE((*again)->Terminate().has_value());
+  EXPECT_THAT((*again)->process().Stderr(), HasSubstr("durability none"));
+  int aside = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() / "data")) {
+    if (e.path().filename().string().starts_with("rocksdb.damaged-")) ++aside;
+  }
+  EXPECT_EQ(aside, 1);
 }
 
 TEST(KvnodeLifecycleTest, SigtermUnderLoadLosesNoAcknowledgedBlock) {

@@ -154,6 +154,20 @@ TEST(NodeConfigTest, BadValuesNameTheKeyAndItsLine) {
       {"disk_tier:\n  capacity: 0\n",
        "kvnode.yaml:2: disk_tier.capacity: 0 must be > 0 while the disk tier is enabled (or set "
        "disk_tier.enabled: false)"},
+      {"disk_tier:\n  durability: fsync\n",
+       "kvnode.yaml:2: disk_tier.durability: durability 'fsync': use none, flush or wal"},
+      {"disk_tier:\n  on_damage: delete\n",
+       "kvnode.yaml:2: disk_tier.on_damage: on_damage 'delete': use move_aside or stay_off"},
+      {"disk_tier:\n  flush_interval: 0s\n",
+       "kvnode.yaml:2: disk_tier.flush_interval: 0 ms must be > 0"},
+      {"disk_tier:\n  write_buffer: 64KiB\n",
+       "kvnode.yaml:2: disk_tier.write_buffer: 65536 bytes is less than 256 KiB, the smallest "
+       "memtable"},
+      {"disk_tier:\n  block_cache: -1\n",
+       "kvnode.yaml:2: disk_tier.block_cache: bad byte size '-1': expected a number with an "
+       "optional unit (e.g. 8GiB)"},
+      {"disk_tier:\n  background_jobs: 0\n",
+       "kvnode.yaml:2: disk_tier.background_jobs: 0 must be at least 1"},
       {"control:\n  tcp_listen: 127.0.0.1\n",
        "kvnode.yaml:2: control.tcp_listen: '127.0.0.1': expected host:port, e.g. 127.0.0.1:7420"},
       {"control:\n  tcp_listen: \"localhost:70000\"\n",

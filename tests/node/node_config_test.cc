@@ -85,6 +85,15 @@ disk_tier:
   enabled: false
   path: /ssd/kv
   capacity: 20GiB
+  durability: wal
+  flush_interval: 250ms
+  wal_sync: true
+  on_damage: stay_off
+  verify_checksums: false
+  direct_io: true
+  write_buffer: 16MiB
+  block_cache: 0
+  background_jobs: 4
 control:
   unix_socket: /run/kvnode.sock
   tcp_listen: "0.0.0.0:0"
@@ -155,7 +164,19 @@ NodeConfig EveryKeyExpected() {
   e.kv_cache.secondary_offload_min_priority = 50;
   e.kv_cache.event_buffer_max_size = 1024;
   e.kv_cache.copy_threads = 3;
-  e.disk_tier = {false, "/ssd/kv", 20ll << 30};
+  DiskTierSection& d = e.disk_tier;
+  d.enabled = false;
+  d.path = "/ssd/kv";
+  d.capacity = 20ll << 30;
+  d.durability = DiskDurability::kWal;
+  d.flush_interval = std::chrono::milliseconds(250);
+  d.wal_sync = true;
+  d.on_damage = DiskDamagePolicy::kStayOff;
+  d.verify_checksums = false;
+  d.direct_io = true;
+  d.write_buffer = 16ll << 20;
+  d.block_cache = 0;
+  d.background_jobs = 4;
   ControlSection& k = e.control;
   k.unix_socket = "/run/kvnode.sock";
   k.tcp_listen = "0.0.0.0:0";
