@@ -47,7 +47,8 @@
 // caller and the workers.
 //
 // Threads and locks. Copies run on `copy_threads` workers (0: in the calling thread, synchronous
-// and deterministic — everything then runs under the manager's lock, for tests only); spills on
+// and deterministic — everything then runs under the manager's lock, for tests only), and on the
+// thread of a manager call that waits for them (HelpMoveOut, without the manager's lock); spills on
 // one spill thread (0 copy threads: in the putting thread). A worker never takes the block
 // manager's lock, and the manager waits for move outs without holding it (pool/move_out.h). The
 // tiers' own locks are taken under the manager's lock only by Contains (a map lookup); no disk
