@@ -411,7 +411,12 @@ Result<AddSequenceResult> BlockManager::AddSequence(RequestId request,
     FlushEvents();
     break;
   }
-  // A claimed block is the sequence's once its listener copied it out (without the lock).
+  // A claimed block is the sequence's once its listener copied it out (without the lock). The
+  // wait helps first, as AwaitMoves does: until the listener has nothing queued.
+  if (!claims.empty() && env_.eviction_listener != nullptr) {
+    while (env_.eviction_listener->HelpMoveOut()) {
+    }
+  }
   for (const MovedOutBlock& c : claims) moves_.AwaitClaim(c.pool, c.block);
   if (!copies.empty()) {
     // Outside the lock: the source (cached) and destination (this sequence's) are pinned.

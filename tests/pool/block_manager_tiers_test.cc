@@ -464,6 +464,48 @@ TEST(BlockManagerMoveOutTest, ClaimedBlockIsCopiedOutOnTheDeferredPath) {
   EXPECT_CONSISTENT(*m);
 }
 
+// The claim's wait helps too: with no worker, the claimed block's copy out is done by the
+// admission that claimed it.
+TEST(BlockManagerMoveOutTest, AClaimingAdmissionHelpsCopyTheClaimedBlockOut) {
+  KvPoolGeometry g;
+  g.num_layers = 1;
+  g.num_kv_heads = 1;
+  g.tokens_per_block = 4;
+  g.head_dim = 8;
+  const KvPoolLayout layout = *MakeKvPoolLayout(g);
+  std::vector<PoolMemorySpec> specs{{layout, 8, 1.0f}};
+  PoolStorage storage = std::move(PoolStorage::Allocate(specs)).value();
+  HelpOnlyMover listener;
+  BlockManagerEnv env;
+  env.pool_memory = storage.views();
+  env.eviction_listener = &listener;
+  auto m = MakeManager(OnePoolConfig(8), env);
+  struct ReleaseAtEnd {
+    HelpOnlyMover& l;
+    ~ReleaseAtEnd() { l.Release(); }
+  } release_at_end{listener};
+  auto r1 = m->AddSequence(R(1), Tokens(8));
+  ASSERT_TRUE(r1.ok());
+  ASSERT_TRUE(m->StoreFullBlocks(R(1)).ok());
+  ASSERT_TRUE(m->RemoveSequence(R(1)).ok());
+  auto admit = std::async(std::launch::async, [&] {
+    listener.caller = std::this_thread::get_id();
+    return m->AddSequence(R(2), Concat(Tokens(6), {999, 998}));
+  });
+  const bool finished = admit.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  while (admit.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+    listener.Release();
+  }
+  ASSERT_TRUE(finished) << "the claiming admission did not help";
+  auto r2 = admit.get();
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_EQ(r2->partial, PartialReuse::kClaimed);
+  EXPECT_EQ(listener.helped.load(), 1);
+  EXPECT_FALSE(listener.helped_elsewhere);
+  ASSERT_TRUE(m->RemoveSequence(R(2)).ok());
+  EXPECT_CONSISTENT(*m);
+}
+
 // ---- restore
 
 SequenceOptions Whole() {
