@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "common/log.h"
@@ -314,20 +315,15 @@ Status EngineService::Lookup(const rpc::LookupRequest& in, rpc::LookupResponse* 
   // Past the pool's full blocks: each candidate block, in order, while some tier holds every
   // pool's block of it — counted as host when the host tier holds it, else as disk.
   KVMESH_ASSIGN_OR_RETURN(const RestorePlan plan, m.PlanRestore(tokens, options));
-  OffloadEngine& engine = cache_->engine();
-  std::int64_t host = 0;
-  std::int64_t disk = 0;
-  for (std::size_t i = static_cast<std::size_t>(plan.pool_blocks); i < plan.content_ids.size();
-       ++i) {
-    bool in_host = engine.host() != nullptr;
-    bool in_disk = engine.disk() != nullptr;
-    for (int p = 0; p < engine.num_pools(); ++p) {
-      in_host = in_host && engine.host()->Contains(TierPoolId{p}, plan.content_ids[i]);
-      in_disk = in_disk && engine.disk()->Contains(TierPoolId{p}, plan.content_ids[i]);
-    }
-    if (!in_host && !in_disk) break;
-    ++(in_host ? host : disk);
-  }
+  // What Admit's restore would find (OffloadEngine::CountHeld, also a block on its way from the
+  // host tier to RocksDB), and where each block would be read from.
+  std::vector<KvTier> tiers;
+  cache_->engine().CountHeld(std::span<const ContentId>(plan.content_ids)
+                                 .subspan(static_cast<std::size_t>(plan.pool_blocks)),
+                             &tiers);
+  const auto host =
+      static_cast<std::int64_t>(std::count(tiers.begin(), tiers.end(), KvTier::kHost));
+  const auto disk = static_cast<std::int64_t>(tiers.size()) - host;
   if (host + disk > 0) {
     // A restore supersedes a partly matching block the pool may hold after its full blocks.
     const std::int64_t t = m.tokens_per_block();

@@ -437,18 +437,23 @@ std::shared_ptr<const std::vector<std::byte>> OffloadEngine::Staged(TierPoolId p
   return it == staged_.end() ? nullptr : it->second;
 }
 
-std::int64_t OffloadEngine::CountHeld(std::span<const ContentId> ids) {
+std::int64_t OffloadEngine::CountHeld(std::span<const ContentId> ids, std::vector<KvTier>* tiers) {
   const auto start = SteadyClock::now();
   std::int64_t n = 0;
   for (const ContentId& id : ids) {
     bool all = true;
+    bool all_in_host = true;  // host tier or spill staging
     for (int p = 0; p < num_pools() && all; ++p) {
       const TierPoolId pool{p};
-      all = (host_ && host_->Contains(pool, id)) || (disk_ && disk_->Contains(pool, id)) ||
-            (disk_ && Staged(pool, id) != nullptr);
+      const bool in_host_tier = host_ && host_->Contains(pool, id);
+      const bool on_disk = !in_host_tier && disk_ && disk_->Contains(pool, id);
+      const bool staged = !in_host_tier && disk_ && Staged(pool, id) != nullptr;
+      all = in_host_tier || on_disk || staged;
+      all_in_host = all_in_host && (in_host_tier || staged);
     }
     if (!all) break;
     ++n;
+    if (tiers != nullptr) tiers->push_back(all_in_host ? KvTier::kHost : KvTier::kDisk);
   }
   counters_->lookup_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
   return n;

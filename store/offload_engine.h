@@ -226,7 +226,10 @@ class OffloadEngine final : public EvictionListener {
 
   // ---- onboard
   // How many of `ids`, from the first on, have every pool's block in some tier (not verified).
-  std::int64_t CountHeld(std::span<const ContentId> ids);
+  // With `tiers`: for each counted block, appended, where a restore would read it — kHost when
+  // every pool's block is in host memory (the host tier, or the spill staging on its way to
+  // RocksDB), else kDisk. Lookups (kvnode's Lookup) use this, so that they say what Admit finds.
+  std::int64_t CountHeld(std::span<const ContentId> ids, std::vector<KvTier>* tiers = nullptr);
   // Pins the host tier's copies of `ids` (every pool's; HostTier::PinForRestore) until the result
   // is released: a restore that will read them makes room in the pool first, and the blocks it
   // evicts go into the host tier, where they must not push out the copies it came to read. Empty

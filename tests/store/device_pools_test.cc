@@ -211,6 +211,28 @@ TEST_P(DevicePoolsThreadsTest, OffloadAndOnboardAreStagedWithTheDeviceBlocksByte
 
 INSTANTIATE_TEST_SUITE_P(CopyThreads, DevicePoolsThreadsTest, ::testing::Values(0, 2));
 
+// CountHeld says where a restore would read each block: the host tier, else RocksDB; it stops
+// at the first block no tier holds.
+TEST(DevicePoolsTest, CountHeldSaysWhichTierEachBlockComesFrom) {
+  TempDir dir;
+  EngineRig::Options o;
+  o.host_blocks = 2;  // the rest spills to RocksDB
+  o.disk_path = dir.path();
+  EngineRig rig(o);
+  const std::vector<ContentId> ids = Ids(100, 6);
+  for (std::size_t i = 0; i < ids.size(); ++i) rig.Evict(static_cast<std::int64_t>(i), ids[i]);
+  rig.engine->Drain();
+  std::vector<KvTier> tiers;
+  EXPECT_EQ(rig.engine->CountHeld(ids, &tiers), 6);
+  EXPECT_EQ(tiers, (std::vector<KvTier>{KvTier::kDisk, KvTier::kDisk, KvTier::kDisk, KvTier::kDisk,
+                                        KvTier::kHost, KvTier::kHost}));
+  std::vector<ContentId> with_a_gap = {ids[4], Ids(900, 1)[0], ids[5]};
+  tiers.clear();
+  EXPECT_EQ(rig.engine->CountHeld(with_a_gap, &tiers), 1);
+  EXPECT_EQ(tiers, std::vector<KvTier>{KvTier::kHost});
+  EXPECT_EQ(rig.engine->CountHeld(ids), 6);  // without tiers
+}
+
 TEST(DevicePoolsTest, OnboardLongerThanAStagingAreaGoesInChunks) {
   EngineRig::Options o;
   o.pool_blocks = 24;
