@@ -447,7 +447,8 @@ std::int64_t OffloadEngine::CountHeld(std::span<const ContentId> ids, std::vecto
       const TierPoolId pool{p};
       const bool in_host_tier = host_ && host_->Contains(pool, id);
       const bool on_disk = !in_host_tier && disk_ && disk_->Contains(pool, id);
-      const bool staged = !in_host_tier && disk_ && Staged(pool, id) != nullptr;
+      // Staged: not yet in RocksDB (one lock, taken only for blocks no tier's index holds).
+      const bool staged = !in_host_tier && !on_disk && disk_ && Staged(pool, id) != nullptr;
       all = in_host_tier || on_disk || staged;
       all_in_host = all_in_host && (in_host_tier || staged);
     }

@@ -19,6 +19,7 @@
 
 #include "node/node.h"
 #include "pool/primary_memory.h"
+#include "tests/node/node_config_test_util.h"
 #include "tests/node/node_process.h"
 
 namespace kvmesh::node_test {
@@ -149,30 +150,19 @@ TEST(KvnodeLifecycleTest, DiskTierOptionsCarryEveryKey) {
   EXPECT_EQ(d.durability, DiskDurability::kFlush);
   EXPECT_EQ(d.flush_after_ms, 1000);
   EXPECT_EQ(d.write_buffer_bytes, RocksDbTierOptions{}.write_buffer_bytes);
-  DiskTierSection& k = c.disk_tier;
-  k.path = "/ssd/kv";
-  k.capacity = 3ll << 30;
-  k.durability = DiskDurability::kWal;
-  k.flush_interval = std::chrono::milliseconds(250);
-  k.wal_sync = true;
-  k.on_damage = DiskDamagePolicy::kStayOff;
-  k.verify_checksums = false;
-  k.direct_io = true;
-  k.write_buffer = 1 << 20;
-  k.block_cache = 0;
-  k.background_jobs = 3;
+  c.disk_tier = DiskTierNoKeyAtDefault();
   d = DiskTierOptions(c);
   EXPECT_EQ(d.path, "/ssd/kv");
-  EXPECT_EQ(d.capacity_bytes, 3ll << 30);
+  EXPECT_EQ(d.capacity_bytes, 20ll << 30);
   EXPECT_EQ(d.durability, DiskDurability::kWal);
   EXPECT_EQ(d.flush_after_ms, 250);
   EXPECT_TRUE(d.wal_sync);
   EXPECT_EQ(d.on_damage, DiskDamagePolicy::kStayOff);
   EXPECT_FALSE(d.verify_block_checksums);
   EXPECT_TRUE(d.use_direct_io);
-  EXPECT_EQ(d.write_buffer_bytes, 1 << 20);
+  EXPECT_EQ(d.write_buffer_bytes, 16ll << 20);
   EXPECT_EQ(d.block_cache_bytes, 0);
-  EXPECT_EQ(d.max_background_jobs, 3);
+  EXPECT_EQ(d.max_background_jobs, 4);
 }
 
 // The disk_tier keys reach the RocksDB tier: its open line reports the durability and direct I/O

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -22,6 +23,24 @@ inline NodeConfig ParseOk(std::string_view text, const std::string& base_dir = "
   Result<NodeConfig> r = ParseNodeConfig(text, "kvnode.yaml", base_dir);
   EXPECT_TRUE(r.ok()) << r.status() << "\n" << text;
   return r.ok() ? *r : NodeConfig{};
+}
+
+// A disk_tier section with no key at its default (the YAML of node_config_test's kEveryKey).
+inline DiskTierSection DiskTierNoKeyAtDefault() {
+  DiskTierSection d;
+  d.enabled = false;
+  d.path = "/ssd/kv";
+  d.capacity = 20ll << 30;
+  d.durability = DiskDurability::kWal;
+  d.flush_interval = std::chrono::milliseconds(250);
+  d.wal_sync = true;
+  d.on_damage = DiskDamagePolicy::kStayOff;
+  d.verify_checksums = false;
+  d.direct_io = true;
+  d.write_buffer = 16ll << 20;
+  d.block_cache = 0;
+  d.background_jobs = 4;
+  return d;
 }
 
 }  // namespace kvmesh

@@ -240,6 +240,20 @@ class HelpOnlyMover : public EvictionListener {
       rest.swap(queue_);
     }
   }
+  // Destroyed before the manager (declare it after), whose destructor waits for every ticket:
+  // completes what is left also when a check returns early.
+  struct ReleaseAtEnd {
+    HelpOnlyMover& l;
+    ~ReleaseAtEnd() { l.Release(); }
+  };
+  // Whether `call` returned within 10 s; then (without the help it would wait for ever) completes
+  // the tickets it waits for until it has returned.
+  template <typename T>
+  bool ReturnedWithin10s(std::future<T>& call) {
+    const bool returned = call.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+    while (call.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) Release();
+    return returned;
+  }
   std::thread::id caller;
   std::atomic<int> helped{0};
   bool helped_elsewhere = false;  // guarded by mu_ (read after the calls returned)
@@ -260,12 +274,7 @@ TEST(BlockManagerMoveOutTest, AManagerCallThatMustWaitHelpsTheListenerMoveBlocks
   BlockManagerConfig c = OnePoolConfig(64);
   c.max_moving_out_blocks = 8;
   auto m = MakeManager(c, env);
-  // Destroyed before the manager, whose destructor waits for every ticket: also when a check
-  // below returns early.
-  struct ReleaseAtEnd {
-    HelpOnlyMover& l;
-    ~ReleaseAtEnd() { l.Release(); }
-  } release_at_end{listener};
+  HelpOnlyMover::ReleaseAtEnd release_at_end{listener};
   for (int i = 0; i < 64; ++i) StoreOneBlock(*m, i + 1, 10 * (i + 1));
   auto call = std::async(std::launch::async, [&] {
     listener.caller = std::this_thread::get_id();
@@ -274,12 +283,7 @@ TEST(BlockManagerMoveOutTest, AManagerCallThatMustWaitHelpsTheListenerMoveBlocks
     // 16 more blocks: AppendTokens waits (and helps) too.
     return m->AppendTokens(R(100), Tokens(16 * 4, 200000)).status();
   });
-  const bool finished = call.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
-  // Without the help, end the calls: complete what they wait for until they return.
-  while (call.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
-    listener.Release();
-  }
-  ASSERT_TRUE(finished) << "the waiting calls did not help";
+  ASSERT_TRUE(listener.ReturnedWithin10s(call)) << "the waiting calls did not help";
   const Status st = call.get();
   ASSERT_TRUE(st.ok()) << st.ToString();
   EXPECT_GE(listener.helped.load(), 48 + 16 - 8);
@@ -422,17 +426,22 @@ TEST(BlockManagerMoveOutTest, AppendAndRestoreWaitForAMoveWithoutTheLock) {
   EXPECT_EQ(m->GetStats().pools[0].allocation_waits, 0u);
 }
 
-// A claimed leaf (copy-free partial reuse) is offered to the listener with a ticket like any
-// victim; the sequence gets it once the copy out completed, and the lock is not held meanwhile.
-TEST(BlockManagerMoveOutTest, ClaimedBlockIsCopiedOutOnTheDeferredPath) {
+// Pool memory for the claim tests (copy-free partial reuse needs pool memory): 8 blocks of 4
+// tokens.
+PoolStorage EightBlockPoolMemory() {
   KvPoolGeometry g;
   g.num_layers = 1;
   g.num_kv_heads = 1;
   g.tokens_per_block = 4;
   g.head_dim = 8;
-  const KvPoolLayout layout = *MakeKvPoolLayout(g);
-  std::vector<PoolMemorySpec> specs{{layout, 8, 1.0f}};
-  PoolStorage storage = std::move(PoolStorage::Allocate(specs)).value();
+  std::vector<PoolMemorySpec> specs{{*MakeKvPoolLayout(g), 8, 1.0f}};
+  return std::move(PoolStorage::Allocate(specs)).value();
+}
+
+// A claimed leaf (copy-free partial reuse) is offered to the listener with a ticket like any
+// victim; the sequence gets it once the copy out completed, and the lock is not held meanwhile.
+TEST(BlockManagerMoveOutTest, ClaimedBlockIsCopiedOutOnTheDeferredPath) {
+  PoolStorage storage = EightBlockPoolMemory();
   GatedMover listener;
   BlockManagerEnv env;
   env.pool_memory = storage.views();
@@ -467,23 +476,13 @@ TEST(BlockManagerMoveOutTest, ClaimedBlockIsCopiedOutOnTheDeferredPath) {
 // The claim's wait helps too: with no worker, the claimed block's copy out is done by the
 // admission that claimed it.
 TEST(BlockManagerMoveOutTest, AClaimingAdmissionHelpsCopyTheClaimedBlockOut) {
-  KvPoolGeometry g;
-  g.num_layers = 1;
-  g.num_kv_heads = 1;
-  g.tokens_per_block = 4;
-  g.head_dim = 8;
-  const KvPoolLayout layout = *MakeKvPoolLayout(g);
-  std::vector<PoolMemorySpec> specs{{layout, 8, 1.0f}};
-  PoolStorage storage = std::move(PoolStorage::Allocate(specs)).value();
+  PoolStorage storage = EightBlockPoolMemory();
   HelpOnlyMover listener;
   BlockManagerEnv env;
   env.pool_memory = storage.views();
   env.eviction_listener = &listener;
   auto m = MakeManager(OnePoolConfig(8), env);
-  struct ReleaseAtEnd {
-    HelpOnlyMover& l;
-    ~ReleaseAtEnd() { l.Release(); }
-  } release_at_end{listener};
+  HelpOnlyMover::ReleaseAtEnd release_at_end{listener};
   auto r1 = m->AddSequence(R(1), Tokens(8));
   ASSERT_TRUE(r1.ok());
   ASSERT_TRUE(m->StoreFullBlocks(R(1)).ok());
@@ -492,11 +491,7 @@ TEST(BlockManagerMoveOutTest, AClaimingAdmissionHelpsCopyTheClaimedBlockOut) {
     listener.caller = std::this_thread::get_id();
     return m->AddSequence(R(2), Concat(Tokens(6), {999, 998}));
   });
-  const bool finished = admit.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
-  while (admit.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
-    listener.Release();
-  }
-  ASSERT_TRUE(finished) << "the claiming admission did not help";
+  ASSERT_TRUE(listener.ReturnedWithin10s(admit)) << "the claiming admission did not help";
   auto r2 = admit.get();
   ASSERT_TRUE(r2.ok()) << r2.status().ToString();
   EXPECT_EQ(r2->partial, PartialReuse::kClaimed);
