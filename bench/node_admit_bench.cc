@@ -1,10 +1,13 @@
 // node_admit_bench: Admit of a 16k-token prompt through a kvnode's Unix socket (NodeClient → frames
 // → the node's worker → TieredCache::AddSequence → block tables back) against
 // BlockManager::AddSequence in this process, on the same pool geometry (qwen2.5-0.5b, bf16, 16
-// tokens per block: 1,024 blocks per prompt), both of a cached prompt (every full block reused) —
-// the call an engine makes per request. Each iteration releases the sequence again (not timed).
-// The node has a host tier and a disk tier, as deployed: its admission first plans a restore
-// (a walk of the prompt's blocks in the tree), then admits (a second walk).
+// tokens per block: 1,024 blocks per prompt) and the node's manager settings (its eviction policy,
+// learned by default, partial reuse and event buffer; until 2026-12 the baseline ran the
+// manager's own default, priority-lru, about 2 us faster here), both of a cached prompt (every full
+// block reused) — the call an engine makes per request. Each iteration releases the sequence again
+// (not timed). The node has a host tier and a disk tier, as deployed: its admission first plans a
+// restore (a walk of the prompt's blocks in the tree), then admits (along the path that walk found,
+// checked node by node instead of hashed again).
 //
 // The nodes run in this process (Node::Start, real sockets, their own threads): one as configured
 // by default (control.busy_poll_us 0: every request is read by an io thread woken from
@@ -60,8 +63,15 @@ std::vector<Token> Prompt(std::size_t n) {
   return t;
 }
 
-Percentiles InProcess(const PoolPlan& plan, const std::vector<Token>& prompt, int iterations) {
-  auto manager = BlockManager::Create(FromPoolPlan(plan));
+// The same call in this process, on a manager configured as the node's pools are (the node's
+// eviction policy, partial reuse and event buffer; node/node.cc), without the node's tiers.
+Percentiles InProcess(const Node& node, const std::vector<Token>& prompt, int iterations) {
+  BlockManagerConfig config = FromPoolPlan(node.plan());
+  const KvCacheSection& kv = node.config().kv_cache;
+  config.eviction_policy = kv.eviction_policy;
+  config.enable_partial_reuse = kv.enable_partial_reuse;
+  config.event_capacity = static_cast<std::size_t>(kv.event_buffer_max_size);
+  auto manager = BlockManager::Create(config);
   KVMESH_CHECK(manager.ok()) << manager.status().ToString();
   BlockManager& m = **manager;
   KVMESH_CHECK(m.AddSequence(RequestId{1}, prompt).ok());
@@ -175,7 +185,7 @@ int Run(int argc, char** argv) {
     if (p.p50 < best.p50) best = p;
   };
   for (int round = 0; round < 3; ++round) {
-    keep_best(in, InProcess(node.node->plan(), prompt, iterations));
+    keep_best(in, InProcess(*node.node, prompt, iterations));
     keep_best(sock, ThroughSocket(*node.client, prompt, iterations));
     keep_best(spin, ThroughSocket(*node.spinning, prompt, iterations));
     keep_best(poll_sock, ThroughSocket(*polling.client, prompt, iterations));
