@@ -288,12 +288,12 @@ Status BundleCodec::Encode(const KvPoolView& src, std::int64_t block, const Cont
         reinterpret_cast<const std::byte*>(src.BlockBytes(static_cast<KvComponent>(c), block));
     const std::int64_t n = ComponentBytes(layout_, c);
     std::byte* to = dst + component_offset_[c];
-    // Hash a chunk of the source (which brings it into cache), then copy it from there with
-    // streaming stores: memory sees one read and one write per byte, as for a large memcpy.
+    // Copy a chunk of the source with streaming stores (which brings it into the cache), then
+    // hash it from there: memory sees one read and one write per byte, as for a large memcpy.
     for (std::int64_t done = 0; done < n; done += kChunkBytes) {
       const std::int64_t len = std::min(kChunkBytes, n - done);
-      XXH3_128bits_update(&state, from + done, len);
       CopyStreaming(to + done, from + done, len);
+      XXH3_128bits_update(&state, from + done, len);
     }
     const std::int64_t end = component_offset_[c] + n;
     const std::int64_t pad = RoundUp(end, kBundleAlignment) - end;
@@ -426,12 +426,12 @@ Status BundleCodec::DecodeOnePass(std::span<const std::byte> bundle, const Conte
   return OnePass(bundle, id, [&](int c, const std::byte* in, const auto& hash) {
     auto* to = reinterpret_cast<std::byte*>(dst.BlockBytes(static_cast<KvComponent>(c), block));
     const std::int64_t n = ComponentBytes(layout_, c);
-    // Hash a chunk (which brings it into the cache), then copy it from there with streaming
-    // stores: memory sees one read and one write per byte, as for a large memcpy.
+    // Copy a chunk with streaming stores (which brings it into the cache), then hash it from
+    // there: memory sees one read and one write per byte, as for a large memcpy.
     for (std::int64_t done = 0; done < n; done += kChunkBytes) {
       const std::int64_t len = std::min(kChunkBytes, n - done);
-      hash(in + done, len);
       CopyStreaming(to + done, in + done, static_cast<std::size_t>(len));
+      hash(in + done, len);
     }
   });
 }

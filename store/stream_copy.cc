@@ -23,24 +23,42 @@ namespace kvmesh {
 #if KVMESH_STREAMING_STORES
 namespace {
 
-// Non-temporal stores for the destination's whole 16-byte units (four at a time while there are
-// 64 bytes left), memcpy for the unaligned head and the tail; no fence.
+// 64 bytes from s to d (d 16-byte aligned) with non-temporal stores.
+inline void StreamLine(std::uint8_t* d, const std::uint8_t* s) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+  const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+}
+
+// Non-temporal stores for the destination's whole 16-byte units, memcpy for the unaligned head and
+// the tail; no fence. From kTwoStreamBytes on, the range is copied as two halves at once, a line
+// of each in turn: two sequential read streams keep more of memory's reads in flight than one
+// (measured on the 2-core VM: 9.7 against 8.3 GB/s for 16 KiB pieces of a 256 MiB copy; four
+// streams 9.2, eight 2.0).
+constexpr std::size_t kTwoStreamBytes = 4096;
+
 void StreamBytes(std::uint8_t* d, const std::uint8_t* s, std::size_t n) {
   const std::size_t head = std::min(n, (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16);
   std::memcpy(d, s, head);
   d += head;
   s += head;
   n -= head;
-  for (; n >= 64; n -= 64, s += 64, d += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+  if (n >= kTwoStreamBytes) {
+    const std::size_t half = n / 128 * 64;
+    for (std::size_t off = 0; off < half; off += 64) {
+      StreamLine(d + off, s + off);
+      StreamLine(d + half + off, s + half + off);
+    }
+    d += 2 * half;
+    s += 2 * half;
+    n -= 2 * half;
   }
+  for (; n >= 64; n -= 64, s += 64, d += 64) StreamLine(d, s);
   for (; n >= 16; n -= 16, s += 16, d += 16) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(d),
                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));

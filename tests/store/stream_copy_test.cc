@@ -1,6 +1,7 @@
 // CopyStreaming and CopyStreamingPiece (store/stream_copy.h): every byte of the range copied and
-// none outside it, for sizes around the 16-byte units, the 64-byte lines and the 4 KiB threshold,
-// at every alignment of the destination and a few of the source.
+// none outside it, for sizes around the 16-byte units, the 64-byte lines, the 4 KiB threshold and
+// the two halves copied at once from 4 KiB on (an odd number of lines, a tail after the halves), at
+// every alignment of the destination and a few of the source.
 #include "store/stream_copy.h"
 
 #include <gtest/gtest.h>
@@ -17,7 +18,9 @@ constexpr std::size_t kGuard = 64;
 std::vector<std::size_t> Sizes() {
   std::vector<std::size_t> out;
   for (std::size_t n = 0; n <= 200; ++n) out.push_back(n);
-  for (std::size_t n : {255, 256, 257, 1023, 1024, 4095, 4096, 4097, 65536 + 17}) out.push_back(n);
+  for (std::size_t n : {255, 256, 257, 1023, 1024, 4095, 4096, 4097, 4096 + 64, 4096 + 127, 8191,
+                        8192, 16384 + 48, 65536 + 17})
+    out.push_back(n);
   return out;
 }
 
