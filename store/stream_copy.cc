@@ -38,8 +38,9 @@ inline void StreamLine(std::uint8_t* d, const std::uint8_t* s) {
 // Non-temporal stores for the destination's whole 16-byte units, memcpy for the unaligned head and
 // the tail; no fence. From kTwoStreamBytes on, the range is copied as two halves at once, a line
 // of each in turn: two sequential read streams keep more of memory's reads in flight than one
-// (measured on the 2-core VM: 9.7 against 8.3 GB/s for 16 KiB pieces of a 256 MiB copy; four
-// streams 9.2, eight 2.0).
+// (host_tier_bench's "streaming copy alone", 256 MiB in 256 KiB blocks on the 2-core VM:
+// 0.030-0.033 s with one stream, 0.024-0.026 s with two; in a test program, 16 KiB pieces with four
+// streams were slower than two, with eight four times slower than one).
 constexpr std::size_t kTwoStreamBytes = 4096;
 
 void StreamBytes(std::uint8_t* d, const std::uint8_t* s, std::size_t n) {
