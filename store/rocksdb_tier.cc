@@ -12,6 +12,7 @@
 
 namespace kvmesh {
 
+using rocksdb_tier::DataKey;
 using rocksdb_tier::KeySlice;
 
 namespace {
@@ -123,7 +124,7 @@ void RocksDbTier::Touch(const Key& key, Entry& e, int priority) {
   dirty_.push_back(key);
 }
 
-RocksDbTier::Key RocksDbTier::EvictOne() {
+RocksDbTier::Doomed RocksDbTier::EvictOne() {
   EvictionEntry slot = *order_.Top();
   for (std::uint64_t now = OrderKey(index_.value(slot)); order_.KeyOf(slot) != now;
        now = OrderKey(index_.value(slot))) {
@@ -134,17 +135,18 @@ RocksDbTier::Key RocksDbTier::EvictOne() {
   counters_.evictions.fetch_add(1, std::memory_order_relaxed);
   counters_.eviction_bytes.fetch_add(index_.value(slot).bytes, std::memory_order_relaxed);
   if (options_.on_evict) options_.on_evict(key.pool, key.id);
+  const Doomed doomed{key, index_.value(slot).data_key};
   EraseFromIndex(key);
-  return key;
+  return doomed;
 }
 
-Status RocksDbTier::WriteDeletes(std::span<const Key> victims, std::string_view op) {
+Status RocksDbTier::WriteDeletes(std::span<const Doomed> victims, std::string_view op) {
   if (victims.empty()) return Status::Ok();
   rocksdb::WriteBatch batch;
-  for (const Key& v : victims) {
-    const PoolFamilies& vp = *FindPool(v.pool, kTierDefaultPriority).value();
-    batch.Delete(vp.data, KeySlice(v.id)).PermitUncheckedError();
-    batch.Delete(vp.meta, KeySlice(v.id)).PermitUncheckedError();
+  for (const Doomed& v : victims) {
+    const PoolFamilies& vp = *FindPool(v.key.pool, kTierDefaultPriority).value();
+    batch.Delete(vp.data, DataKey(v.data_key, v.key.id).slice()).PermitUncheckedError();
+    batch.Delete(vp.meta, KeySlice(v.key.id)).PermitUncheckedError();
   }
   if (rocksdb::Status s = db_->Write(WriteOptionsFor(options_), &batch); !s.ok()) {
     return Disable(op, s);
@@ -193,6 +195,7 @@ Result<RocksDbTier::Reservation> RocksDbTier::Reserve(const PoolFamilies& p, con
   Entry e;
   e.priority = priority;
   e.seq = r.seq;
+  e.data_key = r.seq;
   e.generation = r.generation;
   e.bytes = bytes;
   AddToIndex(key, e);
@@ -209,23 +212,23 @@ void RocksDbTier::Commit(std::span<PendingPut> puts) {
   batch.Clear();
   std::array<rocksdb::Slice, BundlePieces::kMaxPieces> parts;
   for (const PendingPut& put : puts) {
-    for (const Key& v : put.r.victims) {
-      const PoolFamilies& vp = *FindPool(v.pool, kTierDefaultPriority).value();
-      batch.Delete(vp.data, KeySlice(v.id)).PermitUncheckedError();
-      batch.Delete(vp.meta, KeySlice(v.id)).PermitUncheckedError();
+    for (const Doomed& v : put.r.victims) {
+      const PoolFamilies& vp = *FindPool(v.key.pool, kTierDefaultPriority).value();
+      batch.Delete(vp.data, DataKey(v.data_key, v.key.id).slice()).PermitUncheckedError();
+      batch.Delete(vp.meta, KeySlice(v.key.id)).PermitUncheckedError();
     }
     KVMESH_CHECK_LE(put.value.size(), parts.size());
     for (std::size_t i = 0; i < put.value.size(); ++i) {
       parts[i] = {reinterpret_cast<const char*>(put.value[i].data()), put.value[i].size()};
     }
-    const rocksdb::Slice key_slice = KeySlice(put.id);
+    const DataKey data_key(put.r.seq, put.id);
+    const rocksdb::Slice data_slice = data_key.slice();
     batch
-        .Put(put.p->data, rocksdb::SliceParts(&key_slice, 1),
+        .Put(put.p->data, rocksdb::SliceParts(&data_slice, 1),
              rocksdb::SliceParts(parts.data(), static_cast<int>(put.value.size())))
         .PermitUncheckedError();
-    const auto meta = rocksdb_tier::EncodeMeta(put.r.seq, put.priority);
-    batch.Put(put.p->meta, key_slice, rocksdb::Slice(meta.data(), meta.size()))
-        .PermitUncheckedError();
+    const auto meta = rocksdb_tier::EncodeMeta(put.r.seq, put.priority, put.r.seq);
+    batch.Put(put.p->meta, KeySlice(put.id), meta.slice()).PermitUncheckedError();
   }
   const rocksdb::WriteOptions wo = WriteOptionsFor(options_);
   const auto tw = SteadyClock::now();
@@ -294,9 +297,8 @@ void RocksDbTier::Commit(std::span<PendingPut> puts) {
   if (!erased_meanwhile.empty()) {  // an Erase came while the write ran: undo those puts
     rocksdb::WriteBatch undo;
     for (const PendingPut* put : erased_meanwhile) {
-      const rocksdb::Slice key_slice = KeySlice(put->id);
-      undo.Delete(put->p->data, key_slice).PermitUncheckedError();
-      undo.Delete(put->p->meta, key_slice).PermitUncheckedError();
+      undo.Delete(put->p->data, DataKey(put->r.seq, put->id).slice()).PermitUncheckedError();
+      undo.Delete(put->p->meta, KeySlice(put->id)).PermitUncheckedError();
     }
     if (rocksdb::Status u = db_->Write(wo, &undo); !u.ok()) {
       const Status failed = Disable("erase", u);
@@ -382,18 +384,18 @@ void RocksDbTier::PutBundles(std::span<const BundlePut> puts, std::span<Status> 
 }
 
 Status RocksDbTier::DropCorrupt(const PoolFamilies& p, const ContentId& id,
-                                std::uint64_t generation, const std::string& why) {
+                                const ReadTicket& ticket, const std::string& why) {
   const Key key{p.config.id, id};
   {
     MutexLock lock(&mu_);
     const Entry* held = index_.Get(key);
-    if (held != nullptr && held->generation == generation) EraseFromIndex(key);
+    if (held != nullptr && held->generation == ticket.generation) EraseFromIndex(key);
   }
   counters_.corrupt.fetch_add(1, std::memory_order_relaxed);
   KVMESH_LOG_WARN("rocksdb tier corrupt block deleted pool {} id {} error {}", p.config.id.value,
                   id.ToHex(), why);
   rocksdb::WriteBatch batch;
-  batch.Delete(p.data, KeySlice(id)).PermitUncheckedError();
+  batch.Delete(p.data, DataKey(ticket.data_key, id).slice()).PermitUncheckedError();
   batch.Delete(p.meta, KeySlice(id)).PermitUncheckedError();
   if (rocksdb::Status s = db_->Write(WriteOptionsFor(options_), &batch); !s.ok()) {
     Disable("delete corrupt", s).IgnoreError();  // reported below as the corruption it is
@@ -402,7 +404,7 @@ Status RocksDbTier::DropCorrupt(const PoolFamilies& p, const ContentId& id,
       StrCat("rocksdb tier pool ", p.config.id.value, " block ", id.ToHex(), ": ", why));
 }
 
-Result<std::uint64_t> RocksDbTier::TouchForRead(const Key& key) {
+Result<RocksDbTier::ReadTicket> RocksDbTier::TouchForRead(const Key& key) {
   MutexLock lock(&mu_);
   if (disabled()) {
     return Status::IoError(
@@ -415,7 +417,7 @@ Result<std::uint64_t> RocksDbTier::TouchForRead(const Key& key) {
         StrCat("rocksdb tier pool ", key.pool.value, ": no block ", key.id.ToHex()));
   }
   Touch(key, *e, e->priority);
-  return e->generation;
+  return ReadTicket{e->generation, e->data_key};
 }
 
 rocksdb::ReadOptions RocksDbTier::ReadOptionsNow() const {
@@ -430,26 +432,26 @@ void RocksDbTier::SetReadOptions(bool verify_block_checksums, bool fill_cache) {
   fill_cache_.store(fill_cache, std::memory_order_relaxed);
 }
 
-Status RocksDbTier::FinishRead(const PoolFamilies& p, const ContentId& id, std::uint64_t generation,
+Status RocksDbTier::FinishRead(const PoolFamilies& p, const ContentId& id, const ReadTicket& ticket,
                                const rocksdb::Status& s, const rocksdb::PinnableSlice& value,
                                const std::function<Status(std::span<const std::byte>)>& use) {
   const Key key{p.config.id, id};
   if (s.IsNotFound()) {  // evicted or erased meanwhile, or its meta record outlived it
     MutexLock lock(&mu_);
     const Entry* held = index_.Get(key);
-    if (held != nullptr && held->generation == generation) EraseFromIndex(key);
+    if (held != nullptr && held->generation == ticket.generation) EraseFromIndex(key);
     counters_.misses.fetch_add(1, std::memory_order_relaxed);
     return Status::NotFound(
         StrCat("rocksdb tier pool ", key.pool.value, ": no block ", id.ToHex()));
   }
-  if (s.IsCorruption()) return DropCorrupt(p, id, generation, s.ToString());
+  if (s.IsCorruption()) return DropCorrupt(p, id, ticket, s.ToString());
   if (!s.ok()) return Disable("get", s);
   const std::span<const std::byte> bundle(reinterpret_cast<const std::byte*>(value.data()),
                                           value.size());
   const auto t0 = SteadyClock::now();
   const Status st = use(bundle);
   counters_.decode_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
-  if (!st.ok()) return st.IsCorruption() ? DropCorrupt(p, id, generation, st.message()) : st;
+  if (!st.ok()) return st.IsCorruption() ? DropCorrupt(p, id, ticket, st.message()) : st;
   counters_.hits.fetch_add(1, std::memory_order_relaxed);
   counters_.hit_bytes.fetch_add(static_cast<std::int64_t>(bundle.size()),
                                 std::memory_order_relaxed);
@@ -459,14 +461,15 @@ Status RocksDbTier::FinishRead(const PoolFamilies& p, const ContentId& id, std::
 Status RocksDbTier::ReadBlock(const PoolFamilies& p, const ContentId& id,
                               const std::function<Status(std::span<const std::byte>)>& use) {
   const auto t0 = SteadyClock::now();
-  Result<std::uint64_t> generation = TouchForRead(Key{p.config.id, id});
+  Result<ReadTicket> ticket = TouchForRead(Key{p.config.id, id});
   counters_.index_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
-  if (!generation.ok()) return generation.status();
+  if (!ticket.ok()) return ticket.status();
   const auto t1 = SteadyClock::now();
   rocksdb::PinnableSlice value;  // pins RocksDB's buffer (block cache or read buffer): no copy
-  const rocksdb::Status s = db_->Get(ReadOptionsNow(), p.data, KeySlice(id), &value);
+  const DataKey key(ticket->data_key, id);
+  const rocksdb::Status s = db_->Get(ReadOptionsNow(), p.data, key.slice(), &value);
   counters_.read_ns.fetch_add(NanosSince(t1), std::memory_order_relaxed);
-  return FinishRead(p, id, *generation, s, value, use);
+  return FinishRead(p, id, *ticket, s, value, use);
 }
 
 Status RocksDbTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
@@ -500,24 +503,27 @@ void RocksDbTier::GetManyForRestore(TierPoolId pool, std::span<const ContentId> 
   const PoolFamilies& p = **found;
   // The index half of every read first (one lock each), then one MultiGet of those held.
   std::vector<std::size_t> which;
-  std::vector<std::uint64_t> generations;
-  std::vector<rocksdb::Slice> keys;
+  std::vector<ReadTicket> tickets;
+  std::vector<DataKey> data_keys;
   which.reserve(ids.size());
-  generations.reserve(ids.size());
-  keys.reserve(ids.size());
+  tickets.reserve(ids.size());
+  data_keys.reserve(ids.size());
   const auto t0 = SteadyClock::now();
   for (std::size_t i = 0; i < ids.size(); ++i) {
     out[i] = p.codec.CheckView(dst, blocks[i]);
     if (!out[i].ok()) continue;
-    Result<std::uint64_t> g = TouchForRead(Key{pool, ids[i]});
-    if (!g.ok()) {
-      out[i] = g.status();
+    Result<ReadTicket> t = TouchForRead(Key{pool, ids[i]});
+    if (!t.ok()) {
+      out[i] = t.status();
       continue;
     }
     which.push_back(i);
-    generations.push_back(*g);
-    keys.push_back(KeySlice(ids[i]));
+    tickets.push_back(*t);
+    data_keys.emplace_back(t->data_key, ids[i]);
   }
+  std::vector<rocksdb::Slice> keys;
+  keys.reserve(data_keys.size());
+  for (const DataKey& k : data_keys) keys.push_back(k.slice());
   counters_.index_ns.fetch_add(NanosSince(t0), std::memory_order_relaxed);
   if (which.empty()) return;
   const auto t1 = SteadyClock::now();
@@ -528,7 +534,7 @@ void RocksDbTier::GetManyForRestore(TierPoolId pool, std::span<const ContentId> 
   counters_.read_ns.fetch_add(NanosSince(t1), std::memory_order_relaxed);
   for (std::size_t j = 0; j < which.size(); ++j) {
     const std::size_t i = which[j];
-    out[i] = FinishRead(p, ids[i], generations[j], statuses[j], values[j],
+    out[i] = FinishRead(p, ids[i], tickets[j], statuses[j], values[j],
                         [&](std::span<const std::byte> bundle) {
                           return p.codec.DecodeOnePass(bundle, ids[i], dst, blocks[i]);
                         });
@@ -565,6 +571,7 @@ std::vector<ContentId> RocksDbTier::ReadyIds(TierPoolId pool) {
 
 Status RocksDbTier::Erase(TierPoolId pool, const ContentId& id) {
   KVMESH_ASSIGN_OR_RETURN(PoolFamilies * p, FindPool(pool, kTierDefaultPriority));
+  std::uint64_t data_key = 0;
   {
     MutexLock lock(&mu_);
     if (disabled()) {
@@ -572,14 +579,16 @@ Status RocksDbTier::Erase(TierPoolId pool, const ContentId& id) {
           StrCat("rocksdb tier ", options_.path, " is disabled after: ", disabled_reason_));
     }
     const Key key{pool, id};
-    if (index_.Find(key) == index_.kNone) {
+    const Entry* held = index_.Get(key);
+    if (held == nullptr) {
       return Status::NotFound(StrCat("rocksdb tier pool ", pool.value, ": no block ", id.ToHex()));
     }
+    data_key = held->data_key;
     EraseFromIndex(key);
   }
   counters_.erases.fetch_add(1, std::memory_order_relaxed);
   rocksdb::WriteBatch batch;
-  batch.Delete(p->data, KeySlice(id)).PermitUncheckedError();
+  batch.Delete(p->data, DataKey(data_key, id).slice()).PermitUncheckedError();
   batch.Delete(p->meta, KeySlice(id)).PermitUncheckedError();
   if (rocksdb::Status s = db_->Write(WriteOptionsFor(options_), &batch); !s.ok()) {
     return Disable("erase", s);

@@ -11,9 +11,15 @@
 //
 // Layout: per pool two column families named from the pool id and its geometry fingerprint, so
 // that a restart with another geometry or pool scale never reads old blocks as new ones:
-//   "pool.<id>.<fingerprint hex>"       key: content id (16 bytes)  value: the bundle
-//   "pool.<id>.<fingerprint hex>.meta"  key: content id (16 bytes)  value: 16 bytes — last-use
-//                                       sequence (u64 LE), priority (u8), format 1 (u8), 6 zeros
+//   "pool.<id>.<fingerprint hex>"       key: the bundle's data key   value: the bundle
+//   "pool.<id>.<fingerprint hex>.meta"  key: content id (16 bytes)   value: 24 bytes — last-use
+//                                       sequence (u64 LE), priority (u8), format 2 (u8), 6 zeros,
+//                                       data key (u64 LE)
+// A data key is the sequence number the put took (8 bytes big-endian), so that bundles are written
+// in key order: RocksDB appends them to its memtable and its level-0 files do not overlap, where
+// random content ids as keys cost a skip-list search per put and compactions that merge every
+// file. Tiers written before (meta format 1, 16 bytes, no data key; the bundle keyed by its content
+// id) are read as they are (rocksdb_tier_internal.h).
 // Families of our own naming but another geometry (stale pools) are dropped at open when
 // drop_stale_pools (default), logged at warn with their names, entries and bytes; families of any
 // other name are never dropped. A put writes the bundle, its meta record and the deletes of its
@@ -286,18 +292,24 @@ class RocksDbTier final : public BlockTier {
     bool durable = false;
     int priority = kTierDefaultPriority;
     std::uint64_t seq = 0;         // last use
+    std::uint64_t data_key = 0;    // its bundle's key (the put's sequence); 0: the content id
     std::uint64_t generation = 0;  // which put made this entry
     std::uint64_t ack = 0;         // its acknowledgement number (0: loaded at open)
     std::int64_t bytes = 0;
     EvictionEntry slot = 0;  // its slot in index_ (and so in order_)
     bool dirty = false;      // its sequence is not persisted yet (listed in dirty_)
   };
+  // An entry taken out of the index, whose records are to be deleted.
+  struct Doomed {
+    Key key;
+    std::uint64_t data_key = 0;
+  };
   // A put reserved in the index, with the victims it displaced.
   struct Reservation {
     bool already_held = false;
     std::uint64_t generation = 0;
-    std::uint64_t seq = 0;
-    std::vector<Key> victims;
+    std::uint64_t seq = 0;  // also its data key
+    std::vector<Doomed> victims;
   };
 
   explicit RocksDbTier(RocksDbTierOptions options);
@@ -330,17 +342,22 @@ class RocksDbTier final : public BlockTier {
   Status ReadBlock(const PoolFamilies& p, const ContentId& id,
                    const std::function<Status(std::span<const std::byte>)>& use)
       KVMESH_EXCLUDES(mu_);
-  // The index half of a read: the entry's generation, and its recency updated; or the miss.
-  Result<std::uint64_t> TouchForRead(const Key& key) KVMESH_EXCLUDES(mu_);
+  // The index half of a read: the entry's generation and data key, and its recency updated; or
+  // the miss.
+  struct ReadTicket {
+    std::uint64_t generation = 0;
+    std::uint64_t data_key = 0;
+  };
+  Result<ReadTicket> TouchForRead(const Key& key) KVMESH_EXCLUDES(mu_);
   // The outcome of RocksDB's read of an entry: a miss (erased from the index), a corrupt entry
   // (dropped), an I/O error (disables), or OK (`use` run on the value, which decides).
-  Status FinishRead(const PoolFamilies& p, const ContentId& id, std::uint64_t generation,
+  Status FinishRead(const PoolFamilies& p, const ContentId& id, const ReadTicket& ticket,
                     const rocksdb::Status& s, const rocksdb::PinnableSlice& value,
                     const std::function<Status(std::span<const std::byte>)>& use)
       KVMESH_EXCLUDES(mu_);
   [[nodiscard]] rocksdb::ReadOptions ReadOptionsNow() const;
   // Deletes a corrupt entry (index and RocksDB) and returns the kCorruption to report.
-  Status DropCorrupt(const PoolFamilies& p, const ContentId& id, std::uint64_t generation,
+  Status DropCorrupt(const PoolFamilies& p, const ContentId& id, const ReadTicket& ticket,
                      const std::string& why) KVMESH_EXCLUDES(mu_);
   // Disables the tier (once) and returns the kIoError to report.
   Status Disable(std::string_view op, const rocksdb::Status& s);
@@ -356,9 +373,9 @@ class RocksDbTier final : public BlockTier {
   Entry& AddToIndex(const Key& key, const Entry& e) KVMESH_REQUIRES(mu_);
   void Touch(const Key& key, Entry& e, int priority) KVMESH_REQUIRES(mu_);
   // Removes the first victim in eviction order from the index; returns it.
-  Key EvictOne() KVMESH_REQUIRES(mu_);
+  Doomed EvictOne() KVMESH_REQUIRES(mu_);
   // Writes the deletes of evicted blocks (one batch).
-  Status WriteDeletes(std::span<const Key> victims, std::string_view op);
+  Status WriteDeletes(std::span<const Doomed> victims, std::string_view op);
   [[nodiscard]] std::int64_t Budget() const {
     return budget_bytes_.load(std::memory_order_relaxed);
   }

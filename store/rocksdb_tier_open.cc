@@ -25,9 +25,8 @@
 namespace kvmesh {
 namespace {
 
+using rocksdb_tier::DecodedMeta;
 using rocksdb_tier::FolderState;
-using rocksdb_tier::kMetaBytes;
-using rocksdb_tier::kMetaFormat;
 
 constexpr double kBloomBitsPerKey = 10;
 constexpr double kBlobForceGcThreshold = 0.5;
@@ -376,7 +375,7 @@ void RocksDbTier::CheckFreeSpace() const {
 }
 
 Status RocksDbTier::LoadIndex() {
-  std::vector<Key> bad;
+  std::vector<Doomed> bad;
   std::uint64_t max_seq = 0;
   {
     // Open is single-threaded: holding the lock across the scan (I/O) blocks no one; it is taken
@@ -392,20 +391,24 @@ Status RocksDbTier::LoadIndex() {
         Key key{p->config.id, {}};
         if (k.size() != ContentId::kBytes) continue;  // cannot name the block; left alone
         std::memcpy(key.id.bytes.data(), k.data(), ContentId::kBytes);
-        const auto priority = v.size() == kMetaBytes ? static_cast<std::uint8_t>(v[8]) : 255;
-        if (v.size() != kMetaBytes || static_cast<std::uint8_t>(v[9]) != kMetaFormat ||
-            priority > kTierMaxPriority) {
-          bad.push_back(key);
+        DecodedMeta meta;
+        if (!rocksdb_tier::DecodeMeta(v, kTierMaxPriority, &meta)) {
+          // Its bundle's key is unknown unless it was keyed by the content id (format 1), which
+          // is deleted with the record; a format 2 bundle stays behind, unreachable.
+          bad.push_back(Doomed{key, 0});
           continue;
         }
         Entry e;
-        std::memcpy(&e.seq, v.data(), sizeof(e.seq));
+        e.seq = meta.seq;
+        e.data_key = meta.data_key;
         e.state = EntryState::kReady;
         e.durable = true;
-        e.priority = priority;
+        e.priority = meta.priority;
         e.generation = next_generation_++;
         e.bytes = p->codec.bundle_bytes();
-        max_seq = std::max(max_seq, e.seq);
+        // New puts take sequences above every one in use, data keys included (a data key is the
+        // sequence its put took, so never above the entry's last use; max() says so anyway).
+        max_seq = std::max({max_seq, e.seq, e.data_key});
         AddToOrder(AddToIndex(key, e));
         used_bytes_ += e.bytes;
         ready_bytes_ += e.bytes;
@@ -418,7 +421,7 @@ Status RocksDbTier::LoadIndex() {
     next_seq_ = max_seq + 1;
   }
   // Malformed meta records and, when the budget is below what is held, the blocks over it go.
-  std::vector<Key> victims = bad;
+  std::vector<Doomed> victims = bad;
   counters_.corrupt.fetch_add(static_cast<std::int64_t>(bad.size()), std::memory_order_relaxed);
   if (!bad.empty()) {
     KVMESH_LOG_WARN("rocksdb tier malformed index records deleted path {} count {}", options_.path,
@@ -450,10 +453,9 @@ Status RocksDbTier::PersistRecency() {
       if (e == nullptr || !e->dirty) continue;  // gone, or listed twice
       e->dirty = false;
       if (e->state != EntryState::kReady) continue;
-      const auto meta = rocksdb_tier::EncodeMeta(e->seq, e->priority);
+      const auto meta = rocksdb_tier::EncodeMeta(e->seq, e->priority, e->data_key);
       const auto& p = *FindPool(key.pool, kTierDefaultPriority).value();
-      batch.Put(p.meta, rocksdb_tier::KeySlice(key.id), rocksdb::Slice(meta.data(), meta.size()))
-          .PermitUncheckedError();
+      batch.Put(p.meta, rocksdb_tier::KeySlice(key.id), meta.slice()).PermitUncheckedError();
     }
     dirty_.clear();
   }

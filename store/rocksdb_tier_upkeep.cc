@@ -248,7 +248,7 @@ void RocksDbTier::SampleCapacity() {
              rocksdb_tier::FractionsFor(options_).resume * capacity) {
     over_capacity_.store(false, std::memory_order_relaxed);
   }
-  std::vector<Key> victims;
+  std::vector<Doomed> victims;
   std::int64_t live = 0;
   {
     MutexLock lock(&mu_);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -199,10 +200,21 @@ void CorruptDiskCopy(const std::filesystem::path& db_path, const std::string& id
   std::unique_ptr<rocksdb::DB> db(raw);
   auto id = ContentId::FromHex(id_hex);
   ASSERT_TRUE(id.ok());
-  const rocksdb::Slice key(reinterpret_cast<const char*>(id->bytes.data()), id->bytes.size());
+  const std::string id_key(reinterpret_cast<const char*>(id->bytes.data()), id->bytes.size());
   bool done = false;
   for (std::size_t i = 0; i < names.size(); ++i) {
     if (names[i].rfind("pool.", 0) != 0 || names[i].ends_with(".meta")) continue;
+    // The bundle's key: its data key (meta record format 2: bytes 16..23, u64 LE) big-endian.
+    const auto meta_family = std::find(names.begin(), names.end(), names[i] + ".meta");
+    ASSERT_NE(meta_family, names.end()) << names[i];
+    std::string meta;
+    if (!db->Get(rocksdb::ReadOptions(), handles[meta_family - names.begin()], id_key, &meta)
+             .ok()) {
+      continue;
+    }
+    ASSERT_EQ(meta.size(), 24u);
+    std::string key(8, '\0');
+    for (int b = 0; b < 8; ++b) key[7 - b] = meta[16 + b];
     std::string value;
     if (!db->Get(rocksdb::ReadOptions(), handles[i], key, &value).ok()) continue;
     ASSERT_GT(value.size(), 4096u);

@@ -65,20 +65,48 @@ struct RawDb {
     for (auto* h : handles) db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
     db->Close().PermitUncheckedError();
   }
-  static rocksdb::Slice KeyOf(const ContentId& id) {
+  static std::string IdKey(const ContentId& id) {
     return {reinterpret_cast<const char*>(id.bytes.data()), 16};
   }
+  // The key of `id`'s record in family `cf`: in a meta family (".meta") and in a data family
+  // whose meta record is format 1 (16 bytes) or absent, the content id; in a data family whose
+  // meta record is format 2 (24 bytes), its data key — bytes 16..23 of the record (u64 LE) —
+  // written big-endian (store/rocksdb_tier.h, Layout).
+  std::string KeyOf(const std::string& cf, const ContentId& id) {
+    if (cf.ends_with(".meta")) return IdKey(id);
+    std::string meta;
+    const auto found = by_name.find(cf + ".meta");
+    if (found == by_name.end() ||
+        !db->Get(rocksdb::ReadOptions(), found->second, IdKey(id), &meta).ok() ||
+        meta.size() != 24) {
+      return IdKey(id);
+    }
+    std::string key(8, '\0');
+    for (int i = 0; i < 8; ++i) key[7 - i] = meta[16 + i];
+    return key;
+  }
   void Put(const std::string& cf, const ContentId& id, const std::string& value) {
-    KVMESH_CHECK(db->Put(rocksdb::WriteOptions(), by_name.at(cf), KeyOf(id), value).ok());
+    KVMESH_CHECK(db->Put(rocksdb::WriteOptions(), by_name.at(cf), KeyOf(cf, id), value).ok());
   }
   bool Has(const std::string& cf, const ContentId& id) {
     std::string v;
-    return db->Get(rocksdb::ReadOptions(), by_name.at(cf), KeyOf(id), &v).ok();
+    return db->Get(rocksdb::ReadOptions(), by_name.at(cf), KeyOf(cf, id), &v).ok();
   }
   std::string Get(const std::string& cf, const ContentId& id) {
     std::string v;
-    KVMESH_CHECK(db->Get(rocksdb::ReadOptions(), by_name.at(cf), KeyOf(id), &v).ok());
+    KVMESH_CHECK(db->Get(rocksdb::ReadOptions(), by_name.at(cf), KeyOf(cf, id), &v).ok());
     return v;
+  }
+  // Every key of family `cf`, in order.
+  std::vector<std::string> Keys(const std::string& cf) {
+    std::vector<std::string> out;
+    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), by_name.at(cf)));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) out.push_back(it->key().ToString());
+    KVMESH_CHECK(it->status().ok()) << it->status().ToString();
+    return out;
+  }
+  void Delete(const std::string& cf, const std::string& key) {
+    KVMESH_CHECK(db->Delete(rocksdb::WriteOptions(), by_name.at(cf), key).ok());
   }
   std::unique_ptr<rocksdb::DB> db;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;

@@ -474,6 +474,97 @@ TEST(RocksDbTier, WriteErrorDisablesTheTier) {
   EXPECT_EQ(tier->stats().corrupt, 0);
 }
 
+// The data key a format 2 meta record names (bytes 16..23, u64 LE), as its 8-byte big-endian key.
+std::string DataKeyIn(const std::string& meta) {
+  std::string key(8, '\0');
+  for (int i = 0; i < 8; ++i) key[7 - i] = meta[16 + i];
+  return key;
+}
+
+// Bundles are keyed by the order of their puts (8-byte big-endian data keys), whatever their
+// content ids, and each meta record (format 2, 24 bytes) names its bundle's key; evicted and
+// erased bundles leave no key behind.
+TEST(RocksDbTier, BundlesAreKeyedInTheOrderOfTheirPuts) {
+  BudgetedTier t(6);
+  const auto fp = FingerprintOf(t.layout, 1.0f);
+  const std::string data_cf = RocksDbTier::DataColumnFamilyName(kPool, fp);
+  const std::string meta_cf = RocksDbTier::MetaColumnFamilyName(kPool, fp);
+  const std::vector<int> order = {7, 2, 9, 0, 5, 3, 8, 1};  // ids in an order of their own
+  {
+    auto tier = OpenTier(t.options);
+    for (int b : order) ASSERT_TRUE(tier->Put(kPool, IdFor(b), t.src.view(), 0, 35).ok());
+    ASSERT_TRUE(tier->Erase(kPool, IdFor(5)).ok());  // the budget evicted 7 and 2; 5 erased
+  }
+  RawDb raw(t.options.path);
+  std::vector<std::string> expected;
+  for (int b : {9, 0, 3, 8, 1}) {
+    const std::string meta = raw.Get(meta_cf, IdFor(b));
+    ASSERT_EQ(meta.size(), 24u) << b;
+    EXPECT_EQ(static_cast<int>(meta[9]), 2) << "format";
+    expected.push_back(DataKeyIn(meta));
+  }
+  for (int b : {7, 2, 5}) EXPECT_FALSE(raw.Has(meta_cf, IdFor(b))) << b;
+  EXPECT_TRUE(std::is_sorted(expected.begin(), expected.end())) << "keys follow the puts";
+  EXPECT_EQ(raw.Keys(data_cf), expected) << "one bundle per block held, nothing else";
+  for (const std::string& k : expected) EXPECT_EQ(k.size(), 8u);
+}
+
+// A tier written before data keys (meta format 1, 16 bytes; the bundle keyed by its content id)
+// is read as it is: its blocks are found and verified, keep format 1 when their recency is
+// persisted, and leave without a trace; new puts beside them use data keys.
+TEST(RocksDbTier, AFormat1TierIsReadAndItsBlocksLeaveCleanly) {
+  TempDir dir;
+  const auto o = OptionsFor(dir.path() + "/db", {Small()});
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  TestPool src(layout, 6, 1.0f), dst(layout, 1, 1.0f);
+  {
+    auto tier = OpenTier(o);
+    for (int b = 0; b < 4; ++b) {
+      src.Fill(b, 70 + b);
+      ASSERT_TRUE(tier->Put(kPool, IdFor(b), src.view(), b, 35).ok());
+    }
+  }
+  const auto fp = FingerprintOf(layout, 1.0f);
+  const std::string data_cf = RocksDbTier::DataColumnFamilyName(kPool, fp);
+  const std::string meta_cf = RocksDbTier::MetaColumnFamilyName(kPool, fp);
+  {  // rewrite the four blocks as the format 1 layout had them
+    RawDb raw(o.path);
+    for (int b = 0; b < 4; ++b) {
+      const std::string meta = raw.Get(meta_cf, IdFor(b));
+      const std::string bundle = raw.Get(data_cf, IdFor(b));
+      raw.Delete(data_cf, DataKeyIn(meta));
+      std::string v1 = meta.substr(0, 16);
+      v1[9] = 1;
+      raw.Put(meta_cf, IdFor(b), v1);
+      raw.Put(data_cf, IdFor(b), bundle);  // keyed by the content id now (no format 2 record)
+    }
+    ASSERT_EQ(raw.Keys(data_cf).size(), 4u);
+    for (const std::string& k : raw.Keys(data_cf)) EXPECT_EQ(k.size(), 16u);
+  }
+  {
+    auto tier = OpenTier(o);
+    EXPECT_EQ(tier->stats().entries, 4);
+    EXPECT_EQ(tier->stats().corrupt, 0);
+    for (int b = 0; b < 4; ++b) {
+      ASSERT_TRUE(tier->Get(kPool, IdFor(b), dst.view(), 0).ok()) << b;
+      EXPECT_EQ(dst.Snapshot(0), src.Expected(70 + b));
+    }
+    ASSERT_TRUE(tier->Erase(kPool, IdFor(1)).ok());
+    src.Fill(4, 74);
+    ASSERT_TRUE(tier->Put(kPool, IdFor(4), src.view(), 4, 35).ok());
+  }  // clean close: the recency of the reads is persisted
+  RawDb raw(o.path);
+  EXPECT_FALSE(raw.Has(meta_cf, IdFor(1)));
+  EXPECT_FALSE(raw.Has(data_cf, IdFor(1))) << "the erased format 1 bundle is gone";
+  for (int b : {0, 2, 3}) {
+    const std::string meta = raw.Get(meta_cf, IdFor(b));
+    EXPECT_EQ(meta.size(), 16u) << b;
+    EXPECT_EQ(static_cast<int>(meta[9]), 1) << b;
+  }
+  EXPECT_EQ(raw.Get(meta_cf, IdFor(4)).size(), 24u);
+  EXPECT_EQ(raw.Keys(data_cf).size(), 4u);
+}
+
 TEST(RocksDbTier, PutBundleVerifiesFirstAndEraseRemoves) {
   TempDir dir;
   auto tier = OpenTier(OptionsFor(dir.path() + "/db", {Small()}));
