@@ -14,7 +14,8 @@
 // value goes to RocksDB as pieces pointing into the pool block) and the index record. Its get is
 // GetForRestore into a scattered pool block — a restore destination, so verified in the same pass
 // as the copy (one pass over RocksDB's pinned buffer, no staging copy) — plus the index lookup and
-// recency update. Keys: db_bench's are sequential; the tier's are content ids (random).
+// recency update. Keys: db_bench's are sequential; the tier's bundles are keyed by put order too
+// (data keys, store/rocksdb_tier.h), its meta records by content id (random).
 //
 // ReadOptions are measured, not assumed: the tier's get with RocksDB's block checksums on (its
 // default, db_bench's --verify_checksum=1) and off (db_bench --verify_checksum=0; the bundle's own

@@ -71,7 +71,7 @@ rocksdb::ColumnFamilyOptions MakeFamilyOptions(const RocksDbTierOptions& o,
     }
   } else {
     c.write_buffer_size = static_cast<std::size_t>(std::min<std::int64_t>(4 << 20, write_buffer));
-    c.max_write_buffer_number = 2;  // 16-byte records
+    c.max_write_buffer_number = 2;  // 24-byte records
     // The meta family is written at every put and erase and read only when the tier opens (the
     // scan that rebuilds the index): a vector memtable appends (sorted once, at flush) where a
     // skip list would walk ~log2(n) nodes scattered over its arena per record. Measured
