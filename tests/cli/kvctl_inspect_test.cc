@@ -5,14 +5,13 @@
 // while the node was stopped, which inspect must call corrupt.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <rocksdb/db.h>
 
-#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <regex>
 
 #include "tests/cli/kvctl_runner.h"
 #include "tests/cli/live_node.h"
+#include "tests/store/rocksdb_test_util.h"
 
 namespace kvmesh::cli_test {
 namespace {
@@ -187,43 +186,21 @@ TEST_F(KvctlInspectTest, MlaLatentPool) {
   EXPECT_THAT(table.out, HasSubstr("[61,1,1,16,576] HND"));
 }
 
-// Flips one payload byte of the disk tier's copy of `id` (the node is stopped).
+// Flips one payload byte of the disk tier's copy of `id` (the node is stopped), through the raw
+// RocksDB API (RawDb finds the bundle through its meta record).
 void CorruptDiskCopy(const std::filesystem::path& db_path, const std::string& id_hex) {
-  std::vector<std::string> names;
-  ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), db_path.string(), &names).ok());
-  std::vector<rocksdb::ColumnFamilyDescriptor> families;
-  for (const std::string& n : names) families.emplace_back(n, rocksdb::ColumnFamilyOptions());
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* raw = nullptr;
-  ASSERT_TRUE(
-      rocksdb::DB::Open(rocksdb::DBOptions(), db_path.string(), families, &handles, &raw).ok());
-  std::unique_ptr<rocksdb::DB> db(raw);
   auto id = ContentId::FromHex(id_hex);
   ASSERT_TRUE(id.ok());
-  const std::string id_key(reinterpret_cast<const char*>(id->bytes.data()), id->bytes.size());
+  store_test::RawDb raw(db_path.string());
   bool done = false;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i].rfind("pool.", 0) != 0 || names[i].ends_with(".meta")) continue;
-    // The bundle's key: its data key (meta record format 2: bytes 16..23, u64 LE) big-endian.
-    const auto meta_family = std::find(names.begin(), names.end(), names[i] + ".meta");
-    ASSERT_NE(meta_family, names.end()) << names[i];
-    std::string meta;
-    if (!db->Get(rocksdb::ReadOptions(), handles[meta_family - names.begin()], id_key, &meta)
-             .ok()) {
-      continue;
-    }
-    ASSERT_EQ(meta.size(), 24u);
-    std::string key(8, '\0');
-    for (int b = 0; b < 8; ++b) key[7 - b] = meta[16 + b];
-    std::string value;
-    if (!db->Get(rocksdb::ReadOptions(), handles[i], key, &value).ok()) continue;
+  for (const auto& [name, handle] : raw.by_name) {
+    if (name.rfind("pool.", 0) != 0 || name.ends_with(".meta") || !raw.Has(name, *id)) continue;
+    std::string value = raw.Get(name, *id);
     ASSERT_GT(value.size(), 4096u);
     value[value.size() / 2] ^= 0x40;  // inside the payload
-    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), handles[i], key, value).ok());
+    raw.Put(name, *id, value);
     done = true;
   }
-  for (auto* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
-  ASSERT_TRUE(db->Close().ok());
   EXPECT_TRUE(done) << "no disk copy of " << id_hex;
 }
 

@@ -81,6 +81,11 @@ struct RawDb {
         meta.size() != 24) {
       return IdKey(id);
     }
+    return DataKeyIn(meta);
+  }
+  // The data key a format 2 meta record names (bytes 16..23, u64 LE), as its 8-byte big-endian key.
+  static std::string DataKeyIn(const std::string& meta) {
+    KVMESH_CHECK_EQ(meta.size(), 24u);
     std::string key(8, '\0');
     for (int i = 0; i < 8; ++i) key[7 - i] = meta[16 + i];
     return key;

@@ -474,13 +474,6 @@ TEST(RocksDbTier, WriteErrorDisablesTheTier) {
   EXPECT_EQ(tier->stats().corrupt, 0);
 }
 
-// The data key a format 2 meta record names (bytes 16..23, u64 LE), as its 8-byte big-endian key.
-std::string DataKeyIn(const std::string& meta) {
-  std::string key(8, '\0');
-  for (int i = 0; i < 8; ++i) key[7 - i] = meta[16 + i];
-  return key;
-}
-
 // Bundles are keyed by the order of their puts (8-byte big-endian data keys), whatever their
 // content ids, and each meta record (format 2, 24 bytes) names its bundle's key; evicted and
 // erased bundles leave no key behind.
@@ -501,7 +494,7 @@ TEST(RocksDbTier, BundlesAreKeyedInTheOrderOfTheirPuts) {
     const std::string meta = raw.Get(meta_cf, IdFor(b));
     ASSERT_EQ(meta.size(), 24u) << b;
     EXPECT_EQ(static_cast<int>(meta[9]), 2) << "format";
-    expected.push_back(DataKeyIn(meta));
+    expected.push_back(RawDb::DataKeyIn(meta));
   }
   for (int b : {7, 2, 5}) EXPECT_FALSE(raw.Has(meta_cf, IdFor(b))) << b;
   EXPECT_TRUE(std::is_sorted(expected.begin(), expected.end())) << "keys follow the puts";
@@ -532,7 +525,7 @@ TEST(RocksDbTier, AFormat1TierIsReadAndItsBlocksLeaveCleanly) {
     for (int b = 0; b < 4; ++b) {
       const std::string meta = raw.Get(meta_cf, IdFor(b));
       const std::string bundle = raw.Get(data_cf, IdFor(b));
-      raw.Delete(data_cf, DataKeyIn(meta));
+      raw.Delete(data_cf, RawDb::DataKeyIn(meta));
       std::string v1 = meta.substr(0, 16);
       v1[9] = 1;
       raw.Put(meta_cf, IdFor(b), v1);
@@ -563,6 +556,43 @@ TEST(RocksDbTier, AFormat1TierIsReadAndItsBlocksLeaveCleanly) {
   }
   EXPECT_EQ(raw.Get(meta_cf, IdFor(4)).size(), 24u);
   EXPECT_EQ(raw.Keys(data_cf).size(), 4u);
+}
+
+// Format 2 meta records that do not parse — a zero data key, a format byte that does not match
+// the size — are deleted at open and counted as corrupt; their blocks are not served.
+TEST(RocksDbTier, MalformedFormat2RecordsAreDeletedAtOpen) {
+  TempDir dir;
+  const auto o = OptionsFor(dir.path() + "/db", {Small()});
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  TestPool src(layout, 3, 1.0f), dst(layout, 1, 1.0f);
+  {
+    auto tier = OpenTier(o);
+    for (int b = 0; b < 3; ++b) {
+      src.Fill(b, 90 + b);
+      ASSERT_TRUE(tier->Put(kPool, IdFor(b), src.view(), b, 35).ok());
+    }
+  }
+  const std::string meta_cf = RocksDbTier::MetaColumnFamilyName(kPool, FingerprintOf(layout, 1.0f));
+  {
+    RawDb raw(o.path);
+    std::string zero_key = raw.Get(meta_cf, IdFor(0));
+    std::fill(zero_key.begin() + 16, zero_key.end(), '\0');
+    raw.Put(meta_cf, IdFor(0), zero_key);
+    std::string wrong_format = raw.Get(meta_cf, IdFor(1));
+    wrong_format[9] = 1;  // format 1 says 16 bytes
+    raw.Put(meta_cf, IdFor(1), wrong_format);
+  }
+  auto tier = OpenTier(o);
+  EXPECT_EQ(tier->stats().corrupt, 2);
+  EXPECT_EQ(tier->stats().entries, 1);
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(0)));
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(1)));
+  ASSERT_TRUE(tier->Get(kPool, IdFor(2), dst.view(), 0).ok());
+  EXPECT_EQ(dst.Snapshot(0), src.Expected(92));
+  tier.reset();
+  RawDb raw(o.path);
+  EXPECT_FALSE(raw.Has(meta_cf, IdFor(0)));
+  EXPECT_FALSE(raw.Has(meta_cf, IdFor(1)));
 }
 
 TEST(RocksDbTier, PutBundleVerifiesFirstAndEraseRemoves) {
