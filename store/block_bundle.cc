@@ -9,6 +9,7 @@
 #include "common/strings.h"
 #include "store/bundle_internal.h"
 #include "store/stream_copy.h"
+#include "store/xxh3_stream.h"
 
 namespace kvmesh {
 namespace {
@@ -279,30 +280,24 @@ Status BundleCodec::Encode(const KvPoolView& src, std::int64_t block, const Cont
   std::byte* dst = out.data();
   std::memcpy(dst, header_template_.data(), payload_offset_);
   std::memcpy(dst + kOffContentId, id.bytes.data(), ContentId::kBytes);
-  XXH3_state_t state;
-  XXH3_128bits_reset(&state);
-  XXH3_128bits_update(&state, dst, payload_offset_);
+  Xxh3Stream state;
+  state.Update(dst, payload_offset_);
   for (int c = 0; c < kNumKvComponents; ++c) {
     if (component_offset_[c] < 0) continue;
     const auto* from =
         reinterpret_cast<const std::byte*>(src.BlockBytes(static_cast<KvComponent>(c), block));
     const std::int64_t n = ComponentBytes(layout_, c);
-    std::byte* to = dst + component_offset_[c];
-    // Copy a chunk of the source with streaming stores (which brings it into the cache), then
-    // hash it from there: memory sees one read and one write per byte, as for a large memcpy.
-    for (std::int64_t done = 0; done < n; done += kChunkBytes) {
-      const std::int64_t len = std::min(kChunkBytes, n - done);
-      CopyStreaming(to + done, from + done, len);
-      XXH3_128bits_update(&state, from + done, len);
-    }
+    // One pass over the source: each stripe is loaded once, hashed and stored (streaming stores).
+    state.CopyUpdate(dst + component_offset_[c], from, static_cast<std::size_t>(n));
     const std::int64_t end = component_offset_[c] + n;
     const std::int64_t pad = RoundUp(end, kBundleAlignment) - end;
     if (pad > 0) {
       std::memset(dst + end, 0, pad);
-      XXH3_128bits_update(&state, dst + end, pad);
+      state.Update(dst + end, pad);
     }
   }
-  const auto sum = Canonical(XXH3_128bits_digest(&state));
+  StreamingFence();
+  const auto sum = state.Digest();
   std::memcpy(dst + bundle_bytes_ - kBundleChecksumBytes, sum.data(), sum.size());
   return Status::Ok();
 }
@@ -396,22 +391,18 @@ Status BundleCodec::OnePass(std::span<const std::byte> bundle, const ContentId& 
                             CopyComponent&& copy_component) const {
   KVMESH_RETURN_IF_ERROR(VerifyStructure(bundle, id));  // before any byte is copied
   const std::byte* b = bundle.data();
-  XXH3_state_t state;
-  XXH3_128bits_reset(&state);
+  Xxh3Stream state;
   std::int64_t pos = 0;  // bytes hashed so far
   for (int c = 0; c < kNumKvComponents; ++c) {
     if (component_offset_[c] < 0) continue;
     const std::int64_t off = component_offset_[c];
-    XXH3_128bits_update(&state, b + pos, off - pos);  // the header, table and padding before it
-    const auto hash = [&state](const std::byte* p, std::int64_t n) {
-      XXH3_128bits_update(&state, p, static_cast<std::size_t>(n));
-    };
-    copy_component(c, b + off, hash);
+    state.Update(b + pos, static_cast<std::size_t>(off - pos));  // header, table, padding
+    copy_component(c, b + off, state);
     pos = off + ComponentBytes(layout_, c);
   }
   const std::int64_t body = bundle_bytes_ - kBundleChecksumBytes;
-  XXH3_128bits_update(&state, b + pos, body - pos);
-  const auto sum = Canonical(XXH3_128bits_digest(&state));
+  state.Update(b + pos, static_cast<std::size_t>(body - pos));
+  const auto sum = state.Digest();
   if (std::memcmp(sum.data(), b + body, kBundleChecksumBytes) != 0) {
     return Status::Corruption(StrCat("bundle checksum ", HexOf(b + body, 16), ", computed ",
                                      HexOf(sum.data(), 16),
@@ -423,17 +414,13 @@ Status BundleCodec::OnePass(std::span<const std::byte> bundle, const ContentId& 
 Status BundleCodec::DecodeOnePass(std::span<const std::byte> bundle, const ContentId& id,
                                   const KvPoolView& dst, std::int64_t block) const {
   KVMESH_RETURN_IF_ERROR(CheckView(dst, block));
-  return OnePass(bundle, id, [&](int c, const std::byte* in, const auto& hash) {
+  const Status st = OnePass(bundle, id, [&](int c, const std::byte* in, Xxh3Stream& hash) {
     auto* to = reinterpret_cast<std::byte*>(dst.BlockBytes(static_cast<KvComponent>(c), block));
-    const std::int64_t n = ComponentBytes(layout_, c);
-    // Copy a chunk with streaming stores (which brings it into the cache), then hash it from
-    // there: memory sees one read and one write per byte, as for a large memcpy.
-    for (std::int64_t done = 0; done < n; done += kChunkBytes) {
-      const std::int64_t len = std::min(kChunkBytes, n - done);
-      CopyStreaming(to + done, in + done, static_cast<std::size_t>(len));
-      hash(in + done, len);
-    }
+    // One pass: each stripe of the bundle is loaded once, hashed and stored (streaming stores).
+    hash.CopyUpdate(to, in, static_cast<std::size_t>(ComponentBytes(layout_, c)));
   });
+  StreamingFence();
+  return st;
 }
 
 Status BundleCodec::DecodeOnePassConverting(std::span<const std::byte> bundle, const ContentId& id,
@@ -448,7 +435,7 @@ Status BundleCodec::DecodeOnePassConverting(std::span<const std::byte> bundle, c
   KvPoolView as_ours = dst;  // CheckView for everything but the order
   as_ours.layout = layout_;
   KVMESH_RETURN_IF_ERROR(CheckView(as_ours, block));
-  const Status st = OnePass(bundle, id, [&](int c, const std::byte* in, const auto& hash) {
+  const Status st = OnePass(bundle, id, [&](int c, const std::byte* in, Xxh3Stream& hash) {
     const PagedTensorLayout& from = layout_.components[c];
     const PagedTensorLayout& to = dst.layout.components[c];
     auto* out = reinterpret_cast<std::byte*>(dst.BlockBytes(static_cast<KvComponent>(c), block));
@@ -457,7 +444,7 @@ Status BundleCodec::DecodeOnePassConverting(std::span<const std::byte> bundle, c
     const std::int64_t range = from.KvStride() * bits / 8;  // one (layer, K/V): both orders
     const std::int64_t ranges = std::int64_t{from.num_layers} * from.kv_factor;
     for (std::int64_t r = 0; r < ranges; ++r, in += range, out += range) {
-      hash(in, range);  // now in the cache
+      hash.Update(in, static_cast<std::size_t>(range));  // now in the cache
       for (std::int32_t h = 0; h < from.num_heads; ++h) {
         for (std::int32_t t = 0; t < from.tokens_per_block; ++t) {
           CopyStreamingPiece(out + (h * to.HeadStride() + t * to.TokenStride()) * bits / 8,

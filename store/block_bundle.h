@@ -27,8 +27,8 @@
 // scale, another content id or a bad checksum gives kCorruption (the message names the first
 // failed check), and the destination block is untouched. DecodeOnePass, for a destination nobody
 // can read before the caller publishes it (a restore's hidden, reserved block), checks the header
-// and component table first, then copies the payload while checksumming it (each chunk hashed,
-// then copied from the cache with streaming stores: memory sees one read and one write per byte)
+// and component table first, then copies the payload while checksumming it (one loop: each
+// 64-byte stripe loaded once, hashed and stored with a streaming store; store/xxh3_stream.h)
 // and decides at the end: on kCorruption the destination holds unspecified bytes and must not be
 // published. Encode likewise reads each source byte once. Decoding never reads outside the given
 // span: every offset used comes from the codec, and the size must match exactly.

@@ -32,9 +32,6 @@ inline constexpr std::int64_t kOffTotalBytes = 8;
 inline constexpr std::int64_t kOffContentId = 16;
 inline constexpr std::int64_t kOffFingerprint = 32;
 
-// Hashes and copies in chunks this size, so the copy reads what the hash just brought into cache.
-inline constexpr std::int64_t kChunkBytes = 16 * 1024;
-
 constexpr std::int64_t RoundUp(std::int64_t x, std::int64_t a) { return (x + a - 1) / a * a; }
 
 template <typename T>
