@@ -21,7 +21,7 @@
 // Copies: CopyUpdate issues non-temporal stores and does not fence; call StreamingFence()
 // (store/stream_copy.h) after the last piece, before the destination is published to another
 // thread. The stripe loop is AVX-512 where the CPU has it (a fused copy and hash of scattered
-// 256 KiB blocks on the 2-core VM: 8.9-9.2 GB/s, against 8.1-8.3 with AVX2 and 10.5 for the
+// 256 KiB blocks on the 2-core VM: 9.3-10.2 GB/s, against 9.0-9.5 with AVX2 and 10.5 for the
 // streaming copy alone), else AVX2, else scalar; sanitizer builds and non-x86 builds use the
 // scalar loop and memcpy, so that the sanitizers see every access.
 //
