@@ -215,12 +215,9 @@ Status BundleCodec::EncodePieces(const KvPoolView& src, std::int64_t block, cons
     const std::int64_t pad = RoundUp(end, kBundleAlignment) - end;
     if (pad > 0) out->pieces[out->count++] = {kZeros, static_cast<std::size_t>(pad)};
   }
-  XXH3_state_t state;
-  XXH3_128bits_reset(&state);
-  for (int i = 0; i < out->count; ++i) {
-    XXH3_128bits_update(&state, out->pieces[i].data(), out->pieces[i].size());
-  }
-  out->checksum = Canonical(XXH3_128bits_digest(&state));
+  Xxh3Stream state;
+  for (int i = 0; i < out->count; ++i) state.Update(out->pieces[i].data(), out->pieces[i].size());
+  out->checksum = state.Digest();
   out->pieces[out->count++] = {out->checksum.data(), out->checksum.size()};
   return Status::Ok();
 }
@@ -378,7 +375,9 @@ Status BundleCodec::VerifyTable(const std::byte* b) const {
 Status BundleCodec::Verify(std::span<const std::byte> bundle, const ContentId& id) const {
   KVMESH_RETURN_IF_ERROR(VerifyStructure(bundle, id));
   const std::int64_t body = bundle_bytes_ - kBundleChecksumBytes;
-  const auto sum = Canonical(XXH3_128bits(bundle.data(), body));
+  Xxh3Stream state;
+  state.Update(bundle.data(), static_cast<std::size_t>(body));
+  const auto sum = state.Digest();
   if (std::memcmp(sum.data(), bundle.data() + body, kBundleChecksumBytes) != 0) {
     return Status::Corruption(StrCat("bundle checksum ", HexOf(bundle.data() + body, 16),
                                      ", computed ", HexOf(sum.data(), 16)));

@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "common/strings.h"
 #include "store/bundle_internal.h"
+#include "store/xxh3_stream.h"
 
 namespace kvmesh {
 
@@ -145,20 +146,19 @@ std::array<std::byte, kBundleChecksumBytes> LayerRangeCodec::Checksum(const std:
                                                                       const KvPoolView& view,
                                                                       std::int64_t block,
                                                                       LayerSpan r) const {
-  XXH3_state_t state;
-  XXH3_128bits_reset(&state);
-  XXH3_128bits_update(&state, header, kLayerRangeHeaderBytes);
+  Xxh3Stream state;
+  state.Update(header, kLayerRangeHeaderBytes);
   const LayerRangeParts parts = Parts(r);  // the loop must not iterate a temporary
   for (const BundleRange& d : parts.all()) {
     if (d.component < 0) continue;
     const std::byte* from = reinterpret_cast<const std::byte*>(
                                 view.BlockBytes(static_cast<KvComponent>(d.component), block)) +
                             OffsetInBlock(d.component, r);
-    XXH3_128bits_update(&state, from, static_cast<std::size_t>(d.length));
+    state.Update(from, static_cast<std::size_t>(d.length));
     const std::int64_t pad = RoundUp(d.offset + d.length, kBundleAlignment) - d.offset - d.length;
-    if (pad > 0) XXH3_128bits_update(&state, kZeros, static_cast<std::size_t>(pad));
+    if (pad > 0) state.Update(kZeros, static_cast<std::size_t>(pad));
   }
-  return Canonical(XXH3_128bits_digest(&state));
+  return state.Digest();
 }
 
 Status LayerRangeCodec::EncodeSeal(const KvPoolView& src, std::int64_t block, const ContentId& id,
@@ -225,7 +225,9 @@ Status LayerRangeCodec::Verify(std::span<const std::byte> piece, const ContentId
   }
   KVMESH_RETURN_IF_ERROR(CheckHeader(piece.data(), id, r));
   const std::int64_t body = total - kBundleChecksumBytes;
-  const auto sum = Canonical(XXH3_128bits(piece.data(), static_cast<std::size_t>(body)));
+  Xxh3Stream state;
+  state.Update(piece.data(), static_cast<std::size_t>(body));
+  const auto sum = state.Digest();
   if (std::memcmp(sum.data(), piece.data() + body, kBundleChecksumBytes) != 0) {
     return Status::Corruption(StrCat("layer range [", r.begin, ", ", r.end, ") checksum ",
                                      HexOf(piece.data() + body, 16), ", computed ",
