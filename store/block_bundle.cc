@@ -442,15 +442,16 @@ Status BundleCodec::DecodeOnePassConverting(std::span<const std::byte> bundle, c
     const std::int64_t bits = from.bits;
     const std::int64_t range = from.KvStride() * bits / 8;  // one (layer, K/V): both orders
     const std::int64_t ranges = std::int64_t{from.num_layers} * from.kv_factor;
+    // The source's rows in their order: (head, token) from HND, (token, head) from NHD; each
+    // written to its place in the other order, in the same pass as the hash.
+    const bool hnd = from.order == KvLayout::kHND;
+    const std::int64_t outer = hnd ? from.num_heads : from.tokens_per_block;
+    const std::int64_t inner = hnd ? from.tokens_per_block : from.num_heads;
+    const std::int64_t outer_stride = (hnd ? to.HeadStride() : to.TokenStride()) * bits / 8;
+    const std::int64_t inner_stride = (hnd ? to.TokenStride() : to.HeadStride()) * bits / 8;
     for (std::int64_t r = 0; r < ranges; ++r, in += range, out += range) {
-      hash.Update(in, static_cast<std::size_t>(range));  // now in the cache
-      for (std::int32_t h = 0; h < from.num_heads; ++h) {
-        for (std::int32_t t = 0; t < from.tokens_per_block; ++t) {
-          CopyStreamingPiece(out + (h * to.HeadStride() + t * to.TokenStride()) * bits / 8,
-                             in + (h * from.HeadStride() + t * from.TokenStride()) * bits / 8,
-                             static_cast<std::size_t>(row));
-        }
-      }
+      hash.CopyUpdateRows(out, outer_stride, inner_stride, outer, inner, in,
+                          static_cast<std::size_t>(row));
     }
   });
   StreamingFence();

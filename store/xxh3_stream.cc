@@ -9,12 +9,15 @@
 #include "common/check.h"
 #include "store/stream_copy.h"
 
+// ThreadSanitizer does not see accesses wider than 16 bytes, so a TSan build (and a non-x86 one)
+// uses the scalar loop and memcpy. AddressSanitizer checks vector loads and stores of any width,
+// non-temporal ones included, so an ASan build runs the vector loops as a release build does.
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#if __has_feature(thread_sanitizer)
 #define KVMESH_XXH3_SCALAR_ONLY 1
 #endif
 #endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(__x86_64__)
+#if defined(__SANITIZE_THREAD__) || !defined(__x86_64__)
 #define KVMESH_XXH3_SCALAR_ONLY 1
 #endif
 
@@ -137,7 +140,7 @@ __attribute__((target("avx2"))) void MixStripesAvx2(std::uint64_t* acc, std::uin
   const __m256i s1 =
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(secret + kScrambleOffset + 32));
   int k = *in_block;
-  for (std::size_t s = 0; s < stripes; ++s, src += kStripe, dst += kStripe) {
+  for (std::size_t s = 0; s < stripes; ++s, src += kStripe) {
     PrefetchAhead(src);
     const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
     const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32));
@@ -148,6 +151,7 @@ __attribute__((target("avx2"))) void MixStripesAvx2(std::uint64_t* acc, std::uin
       _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), d0);
       _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + 32), d1);
     }
+    if constexpr (kStore != 0) dst += kStripe;  // dst is null when only hashing
     const std::uint8_t* key = secret + 8 * k;
     a0 = MixAvx2(a0, d0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key)));
     a1 = MixAvx2(a1, d1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key + 32)));
@@ -198,7 +202,7 @@ __attribute__((target("avx512f"))) void MixStripesAvx512(std::uint64_t* acc, std
   __m512i a = _mm512_load_si512(acc);
   const __m512i sk = _mm512_loadu_si512(secret + kScrambleOffset);
   int k = *in_block;
-  for (std::size_t s = 0; s < stripes; ++s, src += kStripe, dst += kStripe) {
+  for (std::size_t s = 0; s < stripes; ++s, src += kStripe) {
     PrefetchAhead(src);
     const __m512i d = _mm512_loadu_si512(src);
     if constexpr (kStore == 1) {
@@ -206,6 +210,7 @@ __attribute__((target("avx512f"))) void MixStripesAvx512(std::uint64_t* acc, std
     } else if constexpr (kStore == 2) {
       _mm512_stream_si512(reinterpret_cast<__m512i*>(dst), d);
     }
+    if constexpr (kStore != 0) dst += kStripe;  // dst is null when only hashing
     a = MixAvx512(a, d, _mm512_loadu_si512(secret + 8 * k));
     if (++k == kStripesPerBlock) {
       a = ScrambleAvx512(a, sk);
@@ -354,6 +359,45 @@ void Xxh3Stream::Update(const void* p, std::size_t n) {
 
 void Xxh3Stream::CopyUpdate(void* dst, const void* src, std::size_t n) {
   Feed<true>(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src), n);
+}
+
+void Xxh3Stream::CopyUpdateRows(std::byte* dst, std::ptrdiff_t outer_stride,
+                                std::ptrdiff_t inner_stride, std::int64_t outer, std::int64_t inner,
+                                const std::byte* src, std::size_t row_bytes) {
+  const std::size_t rows = static_cast<std::size_t>(outer * inner);
+  const std::size_t n = rows * row_bytes;
+  if (n == 0) return;
+  const auto row_dst = [&](std::size_t r) {
+    const auto i = static_cast<std::ptrdiff_t>(r / static_cast<std::size_t>(inner));
+    const auto j = static_cast<std::ptrdiff_t>(r % static_cast<std::size_t>(inner));
+    return reinterpret_cast<std::uint8_t*>(dst + i * outer_stride + j * inner_stride);
+  };
+  const auto* in = reinterpret_cast<const std::uint8_t*>(src);
+  if (row_bytes % kStripe != 0 || (buffered_ != 0 && buffered_ != kStripe)) {
+    Update(in, n);  // then copy from the cache
+    for (std::size_t r = 0; r < rows; ++r)
+      CopyStreamingPiece(row_dst(r), in + r * row_bytes, row_bytes);
+    return;
+  }
+  if (total_ < kShortInputMax) {
+    std::memcpy(head_ + total_, in, std::min<std::size_t>(n, kShortInputMax - total_));
+  }
+  total_ += n;
+  if (buffered_ == kStripe) MixBufferedStripe();  // a byte follows it
+  // Every stripe but the last of the last row is mixed in; that one is held back (copied too).
+  const std::uint8_t* secret = DefaultSecret();
+  const std::size_t stripes_per_row = row_bytes / kStripe;
+  for (std::size_t r = 0; r < rows; ++r, in += row_bytes) {
+    const std::size_t stripes = r + 1 < rows ? stripes_per_row : stripes_per_row - 1;
+    std::uint8_t* to = row_dst(r);
+    if (stripes > 0) MixStripes(isa_, acc_, to, in, stripes, &stripe_in_block_, secret);
+    if (r + 1 == rows) {
+      const std::uint8_t* last = in + row_bytes - kStripe;
+      std::memcpy(to + row_bytes - kStripe, last, kStripe);
+      std::memcpy(buf_, last, kStripe);
+      buffered_ = kStripe;  // Digest takes the final 64 bytes from buf_ alone
+    }
+  }
 }
 
 std::array<std::byte, 16> Xxh3Stream::Digest() const {

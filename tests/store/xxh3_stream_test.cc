@@ -155,6 +155,49 @@ TEST_P(Xxh3StreamIsa, CopyUpdateWritesEveryByteAndNoneOutsideAtEveryAlignment) {
   }
 }
 
+// Rows of a layout conversion: every row lands at its (i, j) place, nothing else is written, and
+// the digest is that of the source in order — with the stream before them at a stripe boundary
+// (the fused path) and off it, and rows of whole stripes and not (the hash-then-copy path).
+TEST_P(Xxh3StreamIsa, CopyUpdateRowsScattersTheRowsAndHashesTheSourceInOrder) {
+  struct Case {
+    std::int64_t outer, inner;
+    std::size_t row, before;
+  };
+  for (const Case c : {Case{8, 32, 256, 0}, Case{32, 8, 256, 64}, Case{4, 4, 64, 128},
+                       Case{1, 1, 64, 0}, Case{3, 5, 128, 256 + 64}, Case{8, 32, 256, 37},
+                       Case{4, 6, 96, 0}, Case{2, 3, 8, 200}, Case{16, 16, 512, 4096}}) {
+    const std::size_t n = static_cast<std::size_t>(c.outer * c.inner) * c.row;
+    const std::vector<std::uint8_t> in = Input(c.before + n, static_cast<std::uint32_t>(n));
+    // Destination rows in the transposed order, with a gap of one row between outer groups.
+    const std::ptrdiff_t inner_stride = static_cast<std::ptrdiff_t>(c.row);
+    const std::ptrdiff_t outer_stride = static_cast<std::ptrdiff_t>((c.inner + 1) * c.row);
+    std::vector<std::byte> dst(static_cast<std::size_t>(c.outer * outer_stride) + 64,
+                               std::byte{0xEE});
+    Xxh3Stream s(GetParam());
+    s.Update(in.data(), c.before);
+    s.CopyUpdateRows(dst.data(), outer_stride, inner_stride, c.outer, c.inner,
+                     reinterpret_cast<const std::byte*>(in.data() + c.before), c.row);
+    StreamingFence();
+    ASSERT_EQ(s.Digest(), Reference(in.data(), in.size()))
+        << c.outer << "x" << c.inner << " rows of " << c.row << " after " << c.before;
+    std::vector<std::byte> want(dst.size(), std::byte{0xEE});
+    for (std::int64_t i = 0; i < c.outer; ++i) {
+      for (std::int64_t j = 0; j < c.inner; ++j) {
+        std::memcpy(want.data() + i * outer_stride + j * inner_stride,
+                    in.data() + c.before + static_cast<std::size_t>(i * c.inner + j) * c.row,
+                    c.row);
+      }
+    }
+    ASSERT_EQ(dst, want) << c.outer << "x" << c.inner << " rows of " << c.row;
+    // The stream goes on after the rows.
+    const std::vector<std::uint8_t> more = Input(100, 1);
+    s.Update(more.data(), more.size());
+    std::vector<std::uint8_t> all = in;
+    all.insert(all.end(), more.begin(), more.end());
+    ASSERT_EQ(s.Digest(), Reference(all.data(), all.size()));
+  }
+}
+
 TEST_P(Xxh3StreamIsa, AFlippedByteAnywhereChangesTheDigest) {
   std::vector<std::uint8_t> in = Input(4096 + 100, 5);
   Xxh3Stream clean(GetParam());
