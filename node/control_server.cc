@@ -129,7 +129,7 @@ void ControlServer::Impl::Refuse(Proto::socket socket) {
 void ControlServer::Impl::Stop() {
   if (stopped.exchange(true)) return;
   draining.store(true);
-  asio::post(io, [this] { CloseAcceptors(); });
+  asio::post(accept_strand, [this] { CloseAcceptors(); });
   CloseAll();
   {
     MutexLock lock(&mu);
@@ -188,7 +188,7 @@ const std::string& ControlServer::unix_socket() const { return impl_->options.un
 
 void ControlServer::StopAccepting() {
   impl_->draining.store(true);
-  asio::post(impl_->io, [impl = impl_.get()] { impl->CloseAcceptors(); });
+  asio::post(impl_->accept_strand, [impl = impl_.get()] { impl->CloseAcceptors(); });
 }
 
 bool ControlServer::WaitIdle(std::chrono::steady_clock::time_point deadline) {

@@ -61,6 +61,10 @@ class ControlServer::Impl {
   boost::asio::thread_pool workers;
   boost::asio::io_context io;
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work;
+  // The acceptors' accept handlers (which re-arm async_accept) and CloseAcceptors run on this
+  // strand: with several io threads a close could otherwise run while another thread re-arms the
+  // same acceptor (a data race TSan found in a clean-clone CI run of node_concurrency_test).
+  boost::asio::strand<boost::asio::io_context::executor_type> accept_strand{io.get_executor()};
   std::optional<boost::asio::basic_socket_acceptor<Proto>> unix_acceptor;
   std::optional<boost::asio::basic_socket_acceptor<Proto>> tcp_acceptor;
   std::string tcp_bound;

@@ -647,35 +647,38 @@ using control_internal::Proto;
 using control_internal::Session;
 
 void ControlServer::Impl::Accept(asio::basic_socket_acceptor<Proto>& acceptor, bool local) {
-  acceptor.async_accept([this, &acceptor, local](error_code ec, Proto::socket socket) {
-    if (ec) {
-      if (ec != asio::error::operation_aborted && !stopped.load()) {
-        KVMESH_LOG_WARN("accept failed error {}", ec.message());
-        Accept(acceptor, local);
-      }
-      return;
-    }
-    if (draining.load() || connections.load() >= options.max_connections) {
-      Refuse(std::move(socket));
-    } else {
-      std::string peer = "unix";
-      if (!local) {
-        error_code pec;
-        const Proto::endpoint ep = socket.remote_endpoint(pec);
-        asio::ip::tcp::endpoint tcp_ep;
-        if (!pec) {
-          std::memcpy(tcp_ep.data(), ep.data(),
-                      std::min<std::size_t>(ep.size(), sizeof(sockaddr_in6)));
-          peer = StrCat(tcp_ep.address().to_string(), ":", tcp_ep.port());
+  // Only this handler, which re-arms the acceptor, runs on the strand; the accepted socket keeps
+  // the acceptor's executor (io), so its session's I/O runs on any io thread.
+  acceptor.async_accept(asio::bind_executor(
+      accept_strand, [this, &acceptor, local](error_code ec, Proto::socket socket) {
+        if (ec) {
+          if (ec != asio::error::operation_aborted && !stopped.load()) {
+            KVMESH_LOG_WARN("accept failed error {}", ec.message());
+            Accept(acceptor, local);
+          }
+          return;
         }
-      }
-      connections.fetch_add(1);
-      auto s = std::make_shared<Session>(*this, std::move(socket), local, std::move(peer));
-      Register(s);
-      s->Start();
-    }
-    Accept(acceptor, local);
-  });
+        if (draining.load() || connections.load() >= options.max_connections) {
+          Refuse(std::move(socket));
+        } else {
+          std::string peer = "unix";
+          if (!local) {
+            error_code pec;
+            const Proto::endpoint ep = socket.remote_endpoint(pec);
+            asio::ip::tcp::endpoint tcp_ep;
+            if (!pec) {
+              std::memcpy(tcp_ep.data(), ep.data(),
+                          std::min<std::size_t>(ep.size(), sizeof(sockaddr_in6)));
+              peer = StrCat(tcp_ep.address().to_string(), ":", tcp_ep.port());
+            }
+          }
+          connections.fetch_add(1);
+          auto s = std::make_shared<Session>(*this, std::move(socket), local, std::move(peer));
+          Register(s);
+          s->Start();
+        }
+        Accept(acceptor, local);
+      }));
 }
 
 void ControlServer::Impl::Register(const std::shared_ptr<Session>& s) {
