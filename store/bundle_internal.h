@@ -47,14 +47,6 @@ T Load(const std::byte* p) {
 
 inline constexpr std::byte kZeros[kBundleAlignment] = {};
 
-inline std::array<std::byte, kBundleChecksumBytes> Canonical(XXH128_hash_t h) {
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, h);
-  std::array<std::byte, kBundleChecksumBytes> out;
-  std::memcpy(out.data(), c.digest, sizeof(c.digest));
-  return out;
-}
-
 inline std::string HexOf(const void* p, std::size_t n) { return HexEncode(p, n); }
 
 }  // namespace kvmesh::bundle_internal
