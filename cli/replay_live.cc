@@ -8,6 +8,7 @@
 #include "cli/live_output.h"
 #include "common/strings.h"
 #include "node/synthetic_engine.h"
+#include "node/synthetic_stats_json.h"
 
 namespace kvmesh::cli {
 namespace {
@@ -36,9 +37,7 @@ void PrintText(const SyntheticWorkloadStats& s, int engines, std::ostream& out) 
       << FormatFixed(static_cast<double>(s.prompt_tokens) / secs, 0) << " prompt tokens/s)\n";
   out << "tokens      " << s.prompt_tokens << " prompt tokens: reused " << s.reused_tokens
       << ", computed " << s.computed_tokens << "\n";
-  out << "hit rate    " << FormatFixed(s.hit_rate(), 4) << " of " << s.input_blocks
-      << " block positions: pool " << s.pool_hit_blocks << ", host " << s.host_hit_blocks
-      << ", disk " << s.disk_hit_blocks << "\n";
+  out << "hit rate    " << HitRateText(s) << "\n";
   char worst[32];
   std::snprintf(worst, sizeof(worst), "%.2e", s.worst_error);
   out << "checks      " << s.checks << " decode outputs against the dense reference, "
@@ -49,25 +48,10 @@ void PrintText(const SyntheticWorkloadStats& s, int engines, std::ostream& out) 
 }
 
 void PrintJson(const SyntheticWorkloadStats& s, int engines, std::ostream& out) {
-  nlohmann::json j = {
-      {"schema", "kvmesh.replay_live/1"},
-      {"requests", s.requests},
-      {"failed_requests", s.failed_requests},
-      {"engines", engines},
-      {"seconds", s.seconds},
-      {"prompt_tokens", s.prompt_tokens},
-      {"reused_tokens", s.reused_tokens},
-      {"computed_tokens", s.computed_tokens},
-      {"input_blocks", s.input_blocks},
-      {"hits",
-       {{"pool", s.pool_hit_blocks}, {"host", s.host_hit_blocks}, {"disk", s.disk_hit_blocks}}},
-      {"hit_rate", s.hit_rate()},
-      {"decode_tokens", s.decode_tokens},
-      {"checks", s.checks},
-      {"check_failures", s.check_failures},
-      {"worst_error", s.worst_error},
-      {"first_error", s.first_error},
-  };
+  nlohmann::json j = WorkloadStatsJson(s);
+  j["schema"] = "kvmesh.replay_live/1";
+  j["engines"] = engines;
+  j["seconds"] = s.seconds;
   out << j.dump(2) << "\n";
 }
 

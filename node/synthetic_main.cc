@@ -25,6 +25,7 @@
 #include "node/secret.h"
 #include "node/synthetic_engine.h"
 #include "node/synthetic_handoff.h"
+#include "node/synthetic_stats_json.h"
 
 namespace {
 
@@ -58,10 +59,7 @@ void PrintText(const kvmesh::SyntheticWorkloadStats& s, const Flags& f) {
   std::printf("prompt tokens     %lld: reused %lld, computed %lld\n",
               static_cast<long long>(s.prompt_tokens), static_cast<long long>(s.reused_tokens),
               static_cast<long long>(s.computed_tokens));
-  std::printf("hit rate          %.4f of %lld block positions: pool %lld, host %lld, disk %lld\n",
-              s.hit_rate(), static_cast<long long>(s.input_blocks),
-              static_cast<long long>(s.pool_hit_blocks), static_cast<long long>(s.host_hit_blocks),
-              static_cast<long long>(s.disk_hit_blocks));
+  std::printf("hit rate          %s\n", kvmesh::HitRateText(s).c_str());
   std::printf(
       "checks            %lld decode outputs against the dense reference, %lld failed "
       "(max error %.2e); %lld decode tokens\n",
@@ -74,25 +72,10 @@ void PrintText(const kvmesh::SyntheticWorkloadStats& s, const Flags& f) {
 }
 
 void PrintJson(const kvmesh::SyntheticWorkloadStats& s, const Flags& f) {
-  nlohmann::json j = {
-      {"schema", "kvmesh.synthetic/1"},
-      {"requests", s.requests},
-      {"failed_requests", s.failed_requests},
-      {"concurrency", f.engine.concurrency},
-      {"seconds", s.seconds},
-      {"prompt_tokens", s.prompt_tokens},
-      {"reused_tokens", s.reused_tokens},
-      {"computed_tokens", s.computed_tokens},
-      {"input_blocks", s.input_blocks},
-      {"hits",
-       {{"pool", s.pool_hit_blocks}, {"host", s.host_hit_blocks}, {"disk", s.disk_hit_blocks}}},
-      {"hit_rate", s.hit_rate()},
-      {"decode_tokens", s.decode_tokens},
-      {"checks", s.checks},
-      {"check_failures", s.check_failures},
-      {"worst_error", s.worst_error},
-      {"first_error", s.first_error},
-  };
+  nlohmann::json j = kvmesh::WorkloadStatsJson(s);
+  j["schema"] = "kvmesh.synthetic/1";
+  j["concurrency"] = f.engine.concurrency;
+  j["seconds"] = s.seconds;
   std::cout << j.dump(2) << "\n";
 }
 
@@ -142,31 +125,12 @@ void PrintDisaggregatedText(const kvmesh::DisaggregatedStats& s, const Flags& f)
   }
 }
 
-nlohmann::json Side(const kvmesh::SyntheticWorkloadStats& s) {
-  return {{"requests", s.requests},
-          {"failed_requests", s.failed_requests},
-          {"prompt_tokens", s.prompt_tokens},
-          {"reused_tokens", s.reused_tokens},
-          {"computed_tokens", s.computed_tokens},
-          {"input_blocks", s.input_blocks},
-          {"hits",
-           {{"pool", s.pool_hit_blocks},
-            {"host", s.host_hit_blocks},
-            {"disk", s.disk_hit_blocks},
-            {"remote", s.remote_hit_blocks}}},
-          {"decode_tokens", s.decode_tokens},
-          {"checks", s.checks},
-          {"check_failures", s.check_failures},
-          {"worst_error", s.worst_error},
-          {"first_error", s.first_error}};
-}
-
 void PrintDisaggregatedJson(const kvmesh::DisaggregatedStats& s, const Flags& f) {
   nlohmann::json j = {
       {"schema", "kvmesh.disaggregated/1"},
       {"seconds", s.seconds},
-      {"prefill", Side(s.prefill)},
-      {"decode", Side(s.decode)},
+      {"prefill", kvmesh::WorkloadStatsJson(s.prefill)},
+      {"decode", kvmesh::WorkloadStatsJson(s.decode)},
       {"decode_node_id", f.decode_node_id},
       {"handoff",
        {{"answered", s.handoffs},
