@@ -98,6 +98,26 @@ TEST(RocksDbTier, RoundTripEveryPool) {
   EXPECT_FALSE(st.disabled);
 }
 
+// A tier of the small shape in a fresh folder, written and closed: blocks [0, written) of `src`
+// (which has `blocks` blocks) filled with seeds first_seed + b and put under IdFor(b).
+struct WrittenTier {
+  WrittenTier(int blocks, int written, int first_seed)
+      : options(OptionsFor(dir.path() + "/db", {Small()})),
+        layout(LayoutOf(Small().geometry)),
+        src(layout, blocks, 1.0f),
+        dst(layout, 1, 1.0f) {
+    auto tier = OpenTier(options);
+    for (int b = 0; b < written; ++b) {
+      src.Fill(b, first_seed + b);
+      EXPECT_TRUE(tier->Put(kPool, IdFor(b), src.view(), b, 35).ok()) << b;
+    }
+  }
+  TempDir dir;
+  RocksDbTierOptions options;
+  KvPoolLayout layout;
+  TestPool src, dst;
+};
+
 TEST(RocksDbTier, WarmRestartFindsBlocksAgain) {
   TempDir dir;
   const auto o = OptionsFor(dir.path() + "/db", {Small()});
@@ -506,17 +526,11 @@ TEST(RocksDbTier, BundlesAreKeyedInTheOrderOfTheirPuts) {
 // is read as it is: its blocks are found and verified, keep format 1 when their recency is
 // persisted, and leave without a trace; new puts beside them use data keys.
 TEST(RocksDbTier, AFormat1TierIsReadAndItsBlocksLeaveCleanly) {
-  TempDir dir;
-  const auto o = OptionsFor(dir.path() + "/db", {Small()});
-  const KvPoolLayout layout = LayoutOf(Small().geometry);
-  TestPool src(layout, 6, 1.0f), dst(layout, 1, 1.0f);
-  {
-    auto tier = OpenTier(o);
-    for (int b = 0; b < 4; ++b) {
-      src.Fill(b, 70 + b);
-      ASSERT_TRUE(tier->Put(kPool, IdFor(b), src.view(), b, 35).ok());
-    }
-  }
+  WrittenTier w(6, 4, 70);
+  const RocksDbTierOptions& o = w.options;
+  const KvPoolLayout& layout = w.layout;
+  TestPool& src = w.src;
+  TestPool& dst = w.dst;
   const auto fp = FingerprintOf(layout, 1.0f);
   const std::string data_cf = RocksDbTier::DataColumnFamilyName(kPool, fp);
   const std::string meta_cf = RocksDbTier::MetaColumnFamilyName(kPool, fp);
@@ -561,17 +575,11 @@ TEST(RocksDbTier, AFormat1TierIsReadAndItsBlocksLeaveCleanly) {
 // Format 2 meta records that do not parse — a zero data key, a format byte that does not match
 // the size — are deleted at open and counted as corrupt; their blocks are not served.
 TEST(RocksDbTier, MalformedFormat2RecordsAreDeletedAtOpen) {
-  TempDir dir;
-  const auto o = OptionsFor(dir.path() + "/db", {Small()});
-  const KvPoolLayout layout = LayoutOf(Small().geometry);
-  TestPool src(layout, 3, 1.0f), dst(layout, 1, 1.0f);
-  {
-    auto tier = OpenTier(o);
-    for (int b = 0; b < 3; ++b) {
-      src.Fill(b, 90 + b);
-      ASSERT_TRUE(tier->Put(kPool, IdFor(b), src.view(), b, 35).ok());
-    }
-  }
+  WrittenTier w(3, 3, 90);
+  const RocksDbTierOptions& o = w.options;
+  const KvPoolLayout& layout = w.layout;
+  TestPool& src = w.src;
+  TestPool& dst = w.dst;
   const std::string meta_cf = RocksDbTier::MetaColumnFamilyName(kPool, FingerprintOf(layout, 1.0f));
   {
     RawDb raw(o.path);
