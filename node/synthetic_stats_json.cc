@@ -25,9 +25,9 @@ nlohmann::json WorkloadStatsJson(const SyntheticWorkloadStats& s) {
 }
 
 std::string HitRateText(const SyntheticWorkloadStats& s) {
-  return StrCat(FormatFixed(s.hit_rate(), 4), " of ", s.input_blocks,
-                " block positions: pool ", s.pool_hit_blocks, ", host ", s.host_hit_blocks,
-                ", disk ", s.disk_hit_blocks, ", remote ", s.remote_hit_blocks);
+  return StrCat(FormatFixed(s.hit_rate(), 4), " of ", s.input_blocks, " block positions: pool ",
+                s.pool_hit_blocks, ", host ", s.host_hit_blocks, ", disk ", s.disk_hit_blocks,
+                ", remote ", s.remote_hit_blocks);
 }
 
 }  // namespace kvmesh
