@@ -16,6 +16,7 @@
 #include "node/control_server_internal.h"
 #include "node/frame.h"
 #include "node/rpc_convert.h"
+#include "node/tcp_endpoint.h"
 
 namespace kvmesh {
 
@@ -24,30 +25,6 @@ using control_internal::error_code;
 using control_internal::Proto;
 
 namespace {
-
-Result<asio::ip::tcp::endpoint> ParseTcpListen(const std::string& text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    return Status::InvalidArgument(StrCat("tcp_listen '", text, "' is not host:port"));
-  }
-  std::string host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host == "localhost") host = "127.0.0.1";
-  error_code ec;
-  const asio::ip::address address = asio::ip::make_address(host, ec);
-  if (ec)
-    return Status::InvalidArgument(
-        StrCat("tcp_listen '", text, "': '", host, "' is not an IP address"));
-  const std::string port_text = text.substr(colon + 1);
-  char* end = nullptr;
-  const long port = std::strtol(port_text.c_str(), &end, 10);
-  if (*end != '\0' || port < 0 || port > 65535) {
-    return Status::InvalidArgument(StrCat("tcp_listen '", text, "': bad port '", port_text, "'"));
-  }
-  return asio::ip::tcp::endpoint(address, static_cast<std::uint16_t>(port));
-}
 
 Status BindUnix(asio::io_context& io, const std::string& path,
                 std::optional<asio::basic_socket_acceptor<Proto>>* out) {
@@ -88,7 +65,8 @@ Status ControlServer::Impl::Bind() {
     KVMESH_RETURN_IF_ERROR(BindUnix(io, options.unix_socket, &unix_acceptor));
   }
   if (!options.tcp_listen.empty()) {
-    KVMESH_ASSIGN_OR_RETURN(const asio::ip::tcp::endpoint ep, ParseTcpListen(options.tcp_listen));
+    KVMESH_ASSIGN_OR_RETURN(const asio::ip::tcp::endpoint ep,
+                            ParseTcpEndpoint("tcp_listen", options.tcp_listen));
     error_code ec;
     tcp_acceptor.emplace(io);
     tcp_acceptor->open(Proto(ep.protocol().family(), IPPROTO_TCP), ec);

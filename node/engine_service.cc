@@ -25,6 +25,21 @@ class EngineService::EngineSession final : public SessionState {
   std::unordered_map<std::uint64_t, RequestId> running;
 };
 
+void FillPoolStatus(const PoolStats& p, const RankPool& rp, rpc::PoolStatus* ps) {
+  ps->set_pool(p.pool.value);
+  ps->set_key(p.name);
+  ps->set_rank(rp.rank);
+  ps->set_window(p.window_tokens);
+  ps->set_num_blocks(p.num_blocks);
+  ps->set_bytes_per_block(rp.layout.BytesPerBlock());
+  ps->set_free_blocks(p.free_blocks);
+  ps->set_cached_blocks(p.cached_blocks);
+  ps->set_private_blocks(p.private_blocks);
+  ps->set_pinned_blocks(p.pinned_blocks);
+  ps->set_evictable_blocks(p.evictable_blocks);
+  ps->set_moving_out_blocks(p.moving_out_blocks);
+}
+
 EngineService::EngineService(NodeDescription description, TieredCache* cache,
                              const NodePools* pools)
     : description_(std::move(description)),
@@ -353,20 +368,7 @@ void EngineService::FillStatus(rpc::StatusResponse* out) const {
   out->set_metrics_listen(d.metrics_listen);
   const BlockManagerStats ms = cache_->manager().GetStats();
   for (const PoolStats& p : ms.pools) {
-    rpc::PoolStatus* ps = out->add_pools();
-    ps->set_pool(p.pool.value);
-    ps->set_key(p.name);
-    const RankPool& rp = pools_->pools()[static_cast<std::size_t>(p.pool.value)];
-    ps->set_rank(rp.rank);
-    ps->set_window(p.window_tokens);
-    ps->set_num_blocks(p.num_blocks);
-    ps->set_bytes_per_block(rp.layout.BytesPerBlock());
-    ps->set_free_blocks(p.free_blocks);
-    ps->set_cached_blocks(p.cached_blocks);
-    ps->set_private_blocks(p.private_blocks);
-    ps->set_pinned_blocks(p.pinned_blocks);
-    ps->set_evictable_blocks(p.evictable_blocks);
-    ps->set_moving_out_blocks(p.moving_out_blocks);
+    FillPoolStatus(p, pools_->pools()[static_cast<std::size_t>(p.pool.value)], out->add_pools());
   }
   out->set_sequences(ms.running_sequences);
   const TieredCacheStats ts = cache_->stats();

@@ -99,6 +99,10 @@ class ClusterService;
 class HandoffSender;
 class PeerTable;
 
+// One pool's line of the status and of the pools listing (kvctl status, kvctl pools): its
+// occupancy by state from the block manager, its rank and block size from the node's pools.
+void FillPoolStatus(const PoolStats& p, const RankPool& rp, rpc::PoolStatus* ps);
+
 class EngineService final : public RequestHandler {
  public:
   // `cache` and `pools` must outlive the service.

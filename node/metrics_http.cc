@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "node/tcp_endpoint.h"
 
 namespace kvmesh {
 
@@ -21,30 +22,6 @@ namespace {
 
 constexpr std::uint64_t kMaxRequestBytes = 8 * 1024;
 constexpr unsigned kMaxRequestsPerConnection = 100;
-
-Result<tcp::endpoint> ParseListen(const std::string& text) {
-  const auto colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    return Status::InvalidArgument(StrCat("metrics.listen '", text, "' is not host:port"));
-  }
-  std::string host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host == "localhost") host = "127.0.0.1";
-  error_code ec;
-  const asio::ip::address address = asio::ip::make_address(host, ec);
-  if (ec) {
-    return Status::InvalidArgument(
-        StrCat("metrics.listen '", text, "': '", host, "' is not an IP address"));
-  }
-  char* end = nullptr;
-  const long port = std::strtol(text.c_str() + colon + 1, &end, 10);
-  if (*end != '\0' || port < 0 || port > 65535) {
-    return Status::InvalidArgument(StrCat("metrics.listen '", text, "': bad port"));
-  }
-  return tcp::endpoint(address, static_cast<std::uint16_t>(port));
-}
 
 }  // namespace
 
@@ -178,7 +155,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 }  // namespace
 
 Status MetricsHttpServer::Impl::Bind() {
-  KVMESH_ASSIGN_OR_RETURN(const tcp::endpoint ep, ParseListen(options.listen));
+  KVMESH_ASSIGN_OR_RETURN(const tcp::endpoint ep,
+                          ParseTcpEndpoint("metrics.listen", options.listen));
   error_code ec;
   acceptor.open(ep.protocol(), ec);
   if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);

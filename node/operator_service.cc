@@ -15,21 +15,6 @@ constexpr std::uint32_t kDefaultListLimit = 50;
 constexpr std::uint32_t kMaxListLimit = 10000;
 constexpr std::uint32_t kMaxDumpNodes = 10000;
 
-void FillPoolStatus(const PoolStats& p, const RankPool& rp, rpc::PoolStatus* ps) {
-  ps->set_pool(p.pool.value);
-  ps->set_key(p.name);
-  ps->set_rank(rp.rank);
-  ps->set_window(p.window_tokens);
-  ps->set_num_blocks(p.num_blocks);
-  ps->set_bytes_per_block(rp.layout.BytesPerBlock());
-  ps->set_free_blocks(p.free_blocks);
-  ps->set_cached_blocks(p.cached_blocks);
-  ps->set_private_blocks(p.private_blocks);
-  ps->set_pinned_blocks(p.pinned_blocks);
-  ps->set_evictable_blocks(p.evictable_blocks);
-  ps->set_moving_out_blocks(p.moving_out_blocks);
-}
-
 void FillTier(const char* name, bool present, const TierStats& t, rpc::TierDetail* out) {
   rpc::TierStatus* s = out->mutable_status();
   s->set_name(name);
