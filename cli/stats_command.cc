@@ -58,6 +58,7 @@ void Difference(const rpc::StatsResponse& before, rpc::StatsResponse* now) {
   now->set_pool_hit_blocks(sub(now->pool_hit_blocks(), before.pool_hit_blocks()));
   now->set_host_hit_blocks(sub(now->host_hit_blocks(), before.host_hit_blocks()));
   now->set_disk_hit_blocks(sub(now->disk_hit_blocks(), before.disk_hit_blocks()));
+  now->set_remote_hit_blocks(sub(now->remote_hit_blocks(), before.remote_hit_blocks()));
   now->set_missed_blocks(sub(now->missed_blocks(), before.missed_blocks()));
   now->set_evicted_blocks(sub(now->evicted_blocks(), before.evicted_blocks()));
   now->set_host_evictions(sub(now->host_evictions(), before.host_evictions()));
@@ -78,6 +79,11 @@ void Difference(const rpc::StatsResponse& before, rpc::StatsResponse* now) {
   }
 }
 
+// Every tier's hits: pool, host, disk and remote (fetched from a peer).
+std::int64_t HitBlocks(const rpc::StatsResponse& s) {
+  return s.pool_hit_blocks() + s.host_hit_blocks() + s.disk_hit_blocks() + s.remote_hit_blocks();
+}
+
 double Fraction(std::int64_t a, std::int64_t b) {
   return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0;
 }
@@ -85,11 +91,11 @@ double Fraction(std::int64_t a, std::int64_t b) {
 Json Derived(const rpc::StatsResponse& s, double seconds) {
   Json j;
   j["seconds"] = seconds;
-  j["hit_rate"] =
-      Fraction(s.pool_hit_blocks() + s.host_hit_blocks() + s.disk_hit_blocks(), s.input_blocks());
+  j["hit_rate"] = Fraction(HitBlocks(s), s.input_blocks());
   j["by_tier"] = {{"pool", Fraction(s.pool_hit_blocks(), s.input_blocks())},
                   {"host", Fraction(s.host_hit_blocks(), s.input_blocks())},
                   {"disk", Fraction(s.disk_hit_blocks(), s.input_blocks())},
+                  {"remote", Fraction(s.remote_hit_blocks(), s.input_blocks())},
                   {"miss", Fraction(s.missed_blocks(), s.input_blocks())}};
   Json apis = Json::array();
   for (const rpc::ApiStats& a : s.apis()) {
@@ -123,13 +129,12 @@ void PrintTable(const rpc::StatsResponse& s, double seconds, bool interval) {
   const std::int64_t in = s.input_blocks();
   std::printf(
       "hits        %s of %lld block positions (%lld admissions): pool %s, host %s, disk "
-      "%s, miss %s\n",
-      Percent(Fraction(s.pool_hit_blocks() + s.host_hit_blocks() + s.disk_hit_blocks(), in))
-          .c_str(),
-      static_cast<long long>(in), static_cast<long long>(s.admissions()),
-      Percent(Fraction(s.pool_hit_blocks(), in)).c_str(),
+      "%s, remote %s, miss %s\n",
+      Percent(Fraction(HitBlocks(s), in)).c_str(), static_cast<long long>(in),
+      static_cast<long long>(s.admissions()), Percent(Fraction(s.pool_hit_blocks(), in)).c_str(),
       Percent(Fraction(s.host_hit_blocks(), in)).c_str(),
       Percent(Fraction(s.disk_hit_blocks(), in)).c_str(),
+      Percent(Fraction(s.remote_hit_blocks(), in)).c_str(),
       Percent(Fraction(s.missed_blocks(), in)).c_str());
   std::printf(
       "evictions   pool %lld, host tier %lld, disk tier %lld; not offloaded: %lld below the "

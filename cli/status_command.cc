@@ -35,13 +35,14 @@ void PrintTable(const rpc::StatusResponse& s) {
       static_cast<long long>(s.connections()), static_cast<long long>(s.sequences()),
       static_cast<long long>(s.requests_total()), static_cast<long long>(s.requests_failed()),
       static_cast<long long>(s.requests_rejected()));
-  const std::int64_t hits = s.pool_hit_blocks() + s.host_hit_blocks() + s.disk_hit_blocks();
+  const std::int64_t hits =
+      s.pool_hit_blocks() + s.host_hit_blocks() + s.disk_hit_blocks() + s.remote_hit_blocks();
   std::printf(
       "hits        %lld admissions over %lld block positions: pool %lld, host %lld, disk "
-      "%lld (hit rate %.4f)\n",
+      "%lld, remote %lld (hit rate %.4f)\n",
       static_cast<long long>(s.admissions()), static_cast<long long>(s.input_blocks()),
       static_cast<long long>(s.pool_hit_blocks()), static_cast<long long>(s.host_hit_blocks()),
-      static_cast<long long>(s.disk_hit_blocks()),
+      static_cast<long long>(s.disk_hit_blocks()), static_cast<long long>(s.remote_hit_blocks()),
       s.input_blocks() > 0 ? static_cast<double>(hits) / s.input_blocks() : 0.0);
   std::printf("\n%-5s %-24s %-5s %8s %8s %8s %8s %8s %8s %12s\n", "POOL", "KEY", "RANK", "BLOCKS",
               "FREE", "CACHED", "PRIVATE", "PINNED", "MOVING", "BYTES/BLOCK");

@@ -264,6 +264,7 @@ Status EngineService::Admit(EngineSession& s, const rpc::AdmitRequest& in,
   const std::int64_t remote = std::min(fetched.fetched, hits.pool_blocks);
   hits.pool_blocks -= remote;
   out->set_remote_hit_blocks(remote);
+  if (remote > 0) fetcher_->CountReused(remote);
   out->set_reused_tokens(added.reused_tokens);
   out->set_reused_blocks(added.reused_blocks);
   out->set_partial_tokens(added.partial_tokens);
@@ -385,9 +386,12 @@ void EngineService::FillStatus(rpc::StatusResponse* out) const {
   tier("disk", ts.offload.has_disk, ts.offload.disk);
   out->set_admissions(ts.admissions);
   out->set_input_blocks(ts.input_blocks);
-  out->set_pool_hit_blocks(ts.pool_hit_blocks);
+  // Blocks fetched from peers were published into the pool: the cache counted them as pool hits.
+  const std::int64_t remote = fetcher_ != nullptr ? fetcher_->stats().reused_blocks : 0;
+  out->set_pool_hit_blocks(ts.pool_hit_blocks - remote);
   out->set_host_hit_blocks(ts.host_hit_blocks);
   out->set_disk_hit_blocks(ts.disk_hit_blocks);
+  out->set_remote_hit_blocks(remote);
   if (const ControlServer* server = server_.load(); server != nullptr) {
     const ControlServerStats ss = server->stats();
     out->set_connections(ss.connections);

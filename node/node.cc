@@ -429,6 +429,7 @@ void Node::StartServices() {
   oc.cache = cache_.get();
   oc.metrics = metrics_.get();
   oc.server = server_.get();
+  oc.fetcher = fetcher_.get();
   oc.eviction_policy = std::string(EvictionPolicyName(config_.kv_cache.eviction_policy));
   oc.offload_min_priority = config_.kv_cache.secondary_offload_min_priority;
   operator_ = std::make_unique<OperatorService>(std::move(oc));
@@ -444,6 +445,7 @@ void Node::StartServices() {
   sources_.cache = cache_.get();
   sources_.pools = &pools_;
   sources_.directory = directory_.get();
+  sources_.fetcher = fetcher_.get();
   node_collector_ = metrics_->registry().AddCollector(
       [this](std::vector<metrics::FamilySnapshot>* out) { CollectNodeMetrics(sources_, out); });
   server_->Serve(service_.get());

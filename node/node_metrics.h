@@ -87,6 +87,7 @@ struct NodeMetricSources {
   const NodePools* pools = nullptr;
   const ControlServer* server = nullptr;
   const PrefixDirectory* directory = nullptr;  // null: not in a cluster
+  const RemoteFetcher* fetcher = nullptr;      // null: no peer data path (peer.enabled false)
   std::chrono::steady_clock::time_point started;
   std::function<Readiness()> readiness;
 };

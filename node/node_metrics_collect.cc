@@ -10,6 +10,7 @@
 
 #include "common/strings.h"
 #include "node/node_metrics.h"
+#include "node/remote_fetch.h"
 
 namespace kvmesh {
 namespace {
@@ -138,18 +139,40 @@ void CollectDirectory(const DirectoryStats& d, Families& f) {
   Put(resyncs, {{"cause", "periodic"}}, static_cast<double>(d.resyncs - d.resyncs_after_loss));
 }
 
-void CollectHits(const TieredCacheStats& ts, Families& f) {
+// `remote`: blocks fetched from peers that admissions reused; the cache counted them as pool hits.
+void CollectHits(const TieredCacheStats& ts, std::int64_t remote, Families& f) {
   f.One("kvmesh_admissions_total", "Admitted requests.", MetricType::kCounter,
         static_cast<double>(ts.admissions));
   FamilySnapshot& hits =
       f.Add("kvmesh_prompt_blocks_total",
             "Block positions of admitted prompts by where their KV came from: reused from the "
-            "pool, restored from the host tier or the disk tier, or missed (recomputed).",
+            "pool, restored from the host tier or the disk tier, fetched from a peer (remote), "
+            "or missed (recomputed).",
             MetricType::kCounter);
-  Put(hits, {{"tier", "pool"}}, static_cast<double>(ts.pool_hit_blocks));
+  Put(hits, {{"tier", "pool"}}, static_cast<double>(ts.pool_hit_blocks - remote));
   Put(hits, {{"tier", "host"}}, static_cast<double>(ts.host_hit_blocks));
   Put(hits, {{"tier", "disk"}}, static_cast<double>(ts.disk_hit_blocks));
+  Put(hits, {{"tier", "remote"}}, static_cast<double>(remote));
   Put(hits, {{"tier", "miss"}}, static_cast<double>(ts.missed_blocks));
+}
+
+void CollectRemoteFetch(const RemoteFetchStats& s, Families& f) {
+  FamilySnapshot& fetches =
+      f.Add("kvmesh_remote_fetches_total",
+            "Remote prefix fetches in Admit (a holder was asked), by outcome: completed, or failed "
+            "(timeout, peer gone, refused; the blocks are computed).",
+            MetricType::kCounter);
+  Put(fetches, {{"outcome", "completed"}}, static_cast<double>(s.fetches - s.failed_fetches));
+  Put(fetches, {{"outcome", "failed"}}, static_cast<double>(s.failed_fetches));
+  FamilySnapshot& blocks = f.Add(
+      "kvmesh_remote_fetch_blocks_total",
+      "Blocks that arrived from peers, by outcome: verified and published, or refused (failed "
+      "verification: corrupt or foreign).",
+      MetricType::kCounter);
+  Put(blocks, {{"outcome", "published"}}, static_cast<double>(s.fetched_blocks));
+  Put(blocks, {{"outcome", "refused"}}, static_cast<double>(s.refused_blocks));
+  f.One("kvmesh_remote_fetch_bytes_total", "Bundle bytes received from peers.",
+        MetricType::kCounter, static_cast<double>(s.fetched_bytes));
 }
 
 void CollectTiers(const OffloadStats& os, Families& f) {
@@ -285,11 +308,12 @@ void CollectNodeMetrics(const NodeMetricSources& s, std::vector<FamilySnapshot>*
   if (s.cache != nullptr && s.pools != nullptr) {
     CollectPools(s.cache->manager().GetStats(), *s.pools, f);
     const TieredCacheStats ts = s.cache->stats();
-    CollectHits(ts, f);
+    CollectHits(ts, s.fetcher != nullptr ? s.fetcher->stats().reused_blocks : 0, f);
     CollectTiers(ts.offload, f);
   }
   if (s.server != nullptr) CollectControl(*s.server, f);
   if (s.directory != nullptr) CollectDirectory(s.directory->stats(), f);
+  if (s.fetcher != nullptr) CollectRemoteFetch(s.fetcher->stats(), f);
 }
 
 void CollectProcessMetrics(std::vector<FamilySnapshot>* out) {

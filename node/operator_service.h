@@ -35,8 +35,9 @@ struct OperatorContext {
   const PoolPlan* plan = nullptr;
   const NodePools* pools = nullptr;
   TieredCache* cache = nullptr;
-  NodeMetrics* metrics = nullptr;         // may be null (no histograms in Stats)
-  const ControlServer* server = nullptr;  // may be null
+  NodeMetrics* metrics = nullptr;          // may be null (no histograms in Stats)
+  const ControlServer* server = nullptr;   // may be null
+  const RemoteFetcher* fetcher = nullptr;  // null: peer.enabled is false
   std::string eviction_policy;
   int offload_min_priority = 35;
 };

@@ -278,7 +278,8 @@ ContentId RemoteFetcher::RemoteId(const RestoreReservation& r, std::int64_t i) c
 }
 
 RemoteFetchStats RemoteFetcher::stats() const {
-  return {fetches_.load(), fetched_.load(), refused_.load(), failed_.load(), bytes_.load()};
+  return {fetches_.load(), fetched_.load(), refused_.load(),
+          failed_.load(),  bytes_.load(),   reused_.load()};
 }
 
 }  // namespace kvmesh

@@ -89,6 +89,25 @@ void ExpectPrefixFetched(const std::string& device_a, const std::string& device_
   EXPECT_EQ(fs.fetched_blocks, 7);
   EXPECT_EQ(fs.refused_blocks, 0);
   EXPECT_EQ(fs.failed_fetches, 0);
+  EXPECT_EQ(fs.reused_blocks, 7);
+  // The node's own counts split them from the pool's hits too (kvctl status, kvctl stats,
+  // /metrics): the cache counts a fetched block it published as a pool hit.
+  rpc::StatusResponse status;
+  b->service().FillStatus(&status);
+  EXPECT_EQ(status.remote_hit_blocks(), 7);
+  EXPECT_EQ(status.pool_hit_blocks(), 0);
+  const std::string& address = b->metrics_address();
+  const auto body =
+      node_test::HttpGet(std::stoi(address.substr(address.rfind(':') + 1)), "/metrics");
+  ASSERT_TRUE(body.has_value());
+  EXPECT_EQ(node_test::MetricValue(*body, "kvmesh_prompt_blocks_total{tier=\"remote\"}"), 7);
+  EXPECT_EQ(node_test::MetricValue(*body, "kvmesh_prompt_blocks_total{tier=\"pool\"}"), 0);
+  EXPECT_EQ(node_test::MetricValue(*body, "kvmesh_remote_fetches_total{outcome=\"completed\"}"),
+            fs.fetches);
+  EXPECT_EQ(
+      node_test::MetricValue(*body, "kvmesh_remote_fetch_blocks_total{outcome=\"published\"}"), 7);
+  EXPECT_EQ(node_test::MetricValue(*body, "kvmesh_remote_fetch_bytes_total"), fs.fetched_bytes);
+  EXPECT_GT(fs.fetched_bytes, 0);
   EXPECT_EQ(PinnedBlocks(*b), 0);
   EXPECT_EQ(b->peer_sessions()->receive_staging().free_slots(),
             b->peer_sessions()->receive_staging().slots());
