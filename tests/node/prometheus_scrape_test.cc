@@ -189,7 +189,10 @@ TEST(PrometheusScrapeTest, EveryMetricTheDashboardQueriesExistsInPrometheus) {
   ASSERT_GE(queries.size(), 20u);
 
   ScratchDir dir;
-  auto node = KvnodeProcess::Start(dir.path(), TestConfig(dir.path()));
+  // The peer data path on (one node, no peers): the remote-fetch panels' families exist.
+  auto node = KvnodeProcess::Start(
+      dir.path(), TestConfig(dir.path(), 4096, "8MiB", "64MiB",
+                             "peer:\n  enabled: true\n  ucx_tls: tcp\n  ucx_net_devices: lo\n"));
   ASSERT_TRUE(node.ok()) << node.status();
   const std::string& metrics = (*node)->metrics_address();
   ASSERT_FALSE(metrics.empty());
