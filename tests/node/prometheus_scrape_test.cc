@@ -189,10 +189,13 @@ TEST(PrometheusScrapeTest, EveryMetricTheDashboardQueriesExistsInPrometheus) {
   ASSERT_GE(queries.size(), 20u);
 
   ScratchDir dir;
-  // The peer data path on (one node, no peers): the remote-fetch panels' families exist.
+  // A one-member cluster with the peer data path on, so that the Cluster row's families exist:
+  // static membership that lists only this node, the prefix directory, remote fetch.
   auto node = KvnodeProcess::Start(
       dir.path(), TestConfig(dir.path(), 4096, "8MiB", "64MiB",
-                             "peer:\n  enabled: true\n  ucx_tls: tcp\n  ucx_net_devices: lo\n"));
+                             "peer:\n  enabled: true\n  ucx_tls: tcp\n  ucx_net_devices: lo\n"
+                             "cluster:\n  membership: static\n  peers:\n"
+                             "    - {node_id: test-node, address: \"127.0.0.1:1\"}\n"));
   ASSERT_TRUE(node.ok()) << node.status();
   const std::string& metrics = (*node)->metrics_address();
   ASSERT_FALSE(metrics.empty());
