@@ -446,6 +446,9 @@ void Node::StartServices() {
   sources_.pools = &pools_;
   sources_.directory = directory_.get();
   sources_.fetcher = fetcher_.get();
+  sources_.peer_service = peer_service_.get();
+  sources_.handoff_sender = handoff_sender_.get();
+  sources_.handoff_receiver = handoff_receiver_.get();
   node_collector_ = metrics_->registry().AddCollector(
       [this](std::vector<metrics::FamilySnapshot>* out) { CollectNodeMetrics(sources_, out); });
   server_->Serve(service_.get());

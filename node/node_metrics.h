@@ -81,13 +81,19 @@ class NodeMetrics {
 
 // What the scrape-time families are computed from (node/node_metrics_collect.cc). The pointers
 // must stay valid while the collector is registered.
+class HandoffReceiver;
+
 struct NodeMetricSources {
   const NodeDescription* description = nullptr;
   TieredCache* cache = nullptr;
   const NodePools* pools = nullptr;
   const ControlServer* server = nullptr;
   const PrefixDirectory* directory = nullptr;  // null: not in a cluster
-  const RemoteFetcher* fetcher = nullptr;      // null: no peer data path (peer.enabled false)
+  // The peer data path; all null without it (peer.enabled false).
+  const RemoteFetcher* fetcher = nullptr;
+  const PeerService* peer_service = nullptr;
+  const HandoffSender* handoff_sender = nullptr;
+  const HandoffReceiver* handoff_receiver = nullptr;
   std::chrono::steady_clock::time_point started;
   std::function<Readiness()> readiness;
 };

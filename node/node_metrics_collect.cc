@@ -9,7 +9,9 @@
 #include <string>
 
 #include "common/strings.h"
+#include "node/handoff.h"
 #include "node/node_metrics.h"
+#include "node/peer_service.h"
 #include "node/remote_fetch.h"
 
 namespace kvmesh {
@@ -257,6 +259,59 @@ void CollectTiers(const OffloadStats& os, Families& f) {
         static_cast<double>(os.copies_in_flight));
 }
 
+// The holder's side of remote fetches and whole handoffs (PeerService), and the handoffs
+// themselves on both nodes.
+void CollectPeer(const PeerServiceStats& served, const HandoffSenderStats& sent,
+                 const HandoffReceiverStats& received, Families& f) {
+  FamilySnapshot& fetches = f.Add(
+      "kvmesh_peer_fetches_served_total",
+      "FetchBlocks requests of peers (their remote fetches and whole handoffs) this node answered "
+      "as the holder, by outcome.",
+      MetricType::kCounter);
+  Put(fetches, {{"outcome", "served"}}, static_cast<double>(served.fetches_served));
+  Put(fetches, {{"outcome", "failed"}}, static_cast<double>(served.fetches_failed));
+  FamilySnapshot& blocks = f.Add(
+      "kvmesh_peer_sent_blocks_total",
+      "Blocks this node sent to peers as the holder; missing: asked for but no longer held (sent "
+      "as zeros, a miss on the other side).",
+      MetricType::kCounter);
+  Put(blocks, {{"outcome", "sent"}}, static_cast<double>(served.blocks_sent));
+  Put(blocks, {{"outcome", "missing"}}, static_cast<double>(served.blocks_missing));
+  f.One("kvmesh_peer_sent_bytes_total", "Bundle bytes this node sent to peers as the holder.",
+        MetricType::kCounter, static_cast<double>(served.bytes_sent));
+  FamilySnapshot& handoffs = f.Add(
+      "kvmesh_handoffs_received_total",
+      "Handoffs this node received as the decode node, by mode and outcome (a whole handoff that "
+      "failed is an error of the handoff API: kvmesh_request_errors_total).",
+      MetricType::kCounter);
+  Put(handoffs, {{"mode", "whole"}, {"outcome", "completed"}},
+      static_cast<double>(received.handoffs));
+  Put(handoffs, {{"mode", "streamed"}, {"outcome", "completed"}},
+      static_cast<double>(received.streams.completed));
+  Put(handoffs, {{"mode", "streamed"}, {"outcome", "failed"}},
+      static_cast<double>(received.streams.failed));
+  f.One("kvmesh_handoff_streams_refused_total",
+        "Streamed handoffs this node received that a layer range failing verification ended "
+        "(counted as failed too).",
+        MetricType::kCounter, static_cast<double>(received.streams.refused));
+  FamilySnapshot& moved =
+      f.Add("kvmesh_handoff_received_blocks_total",
+            "Blocks handoffs moved into this node's pool, verified and published, by mode.",
+            MetricType::kCounter);
+  Put(moved, {{"mode", "whole"}}, static_cast<double>(received.moved_blocks));
+  Put(moved, {{"mode", "streamed"}}, static_cast<double>(received.streams.moved_blocks));
+  FamilySnapshot& streams = f.Add(
+      "kvmesh_handoff_streams_sent_total",
+      "Streamed handoffs this node sent as the prefill node that ended, by outcome: answered by "
+      "the decode node, or failed (start refused, deadline, link, cancel).",
+      MetricType::kCounter);
+  Put(streams, {{"outcome", "answered"}}, static_cast<double>(sent.streams_answered));
+  Put(streams, {{"outcome", "failed"}}, static_cast<double>(sent.streams_failed));
+  f.One("kvmesh_handoff_streamed_bytes_total",
+        "Layer-range bytes this node sent in streamed handoffs as the prefill node.",
+        MetricType::kCounter, static_cast<double>(sent.bytes_served));
+}
+
 void CollectControl(const ControlServer& server, Families& f) {
   const ControlServerStats s = server.stats();
   f.One("kvmesh_control_connections", "Open control-plane connections (engines, kvctl).",
@@ -314,6 +369,10 @@ void CollectNodeMetrics(const NodeMetricSources& s, std::vector<FamilySnapshot>*
   if (s.server != nullptr) CollectControl(*s.server, f);
   if (s.directory != nullptr) CollectDirectory(s.directory->stats(), f);
   if (s.fetcher != nullptr) CollectRemoteFetch(s.fetcher->stats(), f);
+  if (s.peer_service != nullptr && s.handoff_sender != nullptr && s.handoff_receiver != nullptr) {
+    CollectPeer(s.peer_service->stats(), s.handoff_sender->stream_stats(),
+                s.handoff_receiver->stats(), f);
+  }
 }
 
 void CollectProcessMetrics(std::vector<FamilySnapshot>* out) {

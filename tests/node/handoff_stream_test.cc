@@ -159,6 +159,21 @@ void ExpectStreamedLayerByLayer(const std::string& from, const std::string& to,
   EXPECT_EQ(PinnedBlocks(*b), 0);
   EXPECT_EQ(PrivateBlocks(*b), 0);
   EXPECT_EQ(a->handoff_sender()->stream_stats().streams_answered, 1);
+  // The same on /metrics: B received one streamed handoff of 7 blocks, A's stream was answered.
+  const auto on_b = node_test::ScrapeMetrics(*b);
+  ASSERT_TRUE(on_b.has_value());
+  EXPECT_EQ(node_test::MetricValue(
+                *on_b, "kvmesh_handoffs_received_total{mode=\"streamed\",outcome=\"completed\"}"),
+            1);
+  EXPECT_EQ(
+      node_test::MetricValue(*on_b, "kvmesh_handoff_received_blocks_total{mode=\"streamed\"}"), 7);
+  const auto on_a = node_test::ScrapeMetrics(*a);
+  ASSERT_TRUE(on_a.has_value());
+  EXPECT_EQ(
+      node_test::MetricValue(*on_a, "kvmesh_handoff_streams_sent_total{outcome=\"answered\"}"), 1);
+  EXPECT_EQ(node_test::MetricValue(*on_a, "kvmesh_handoff_streamed_bytes_total"),
+            a->handoff_sender()->stream_stats().bytes_served);
+  EXPECT_GT(a->handoff_sender()->stream_stats().bytes_served, 0);
 
   const SyntheticWorkloadStats decode = RunOn(b->unix_socket(), requests);
   EXPECT_EQ(decode.failed_requests, 0) << decode.first_error;
@@ -226,6 +241,12 @@ void ExpectStreamRefusesLies(const std::string& to, int corrupt_at, int foreign_
   EXPECT_EQ(st.refused, 1);
   EXPECT_EQ(st.failed, 1);
   EXPECT_EQ(st.completed, 0);
+  const auto on_b = node_test::ScrapeMetrics(*b);
+  ASSERT_TRUE(on_b.has_value());
+  EXPECT_EQ(node_test::MetricValue(*on_b, "kvmesh_handoff_streams_refused_total"), 1);
+  EXPECT_EQ(node_test::MetricValue(
+                *on_b, "kvmesh_handoffs_received_total{mode=\"streamed\",outcome=\"failed\"}"),
+            1);
   EXPECT_EQ(PublishedBlocks(*b, tokens), 0);
   EXPECT_EQ(PinnedBlocks(*b), 0);
   EXPECT_EQ(PrivateBlocks(*b), 0);

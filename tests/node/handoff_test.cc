@@ -85,6 +85,27 @@ void ExpectEveryBlockHandedOff(const std::string& from, const std::string& to,
   EXPECT_EQ(b->handoff_receiver()->stats().moved_blocks, 7);
   const auto pools = static_cast<std::int64_t>(b->pools().pools().size());
   EXPECT_EQ(b->handoff_receiver()->stats().converted_blocks, from == to ? 0 : 7 * pools);
+  // What the operators of the two nodes see on /metrics: B received one whole handoff of 7
+  // blocks; A served B's fetches as the holder.
+  const auto on_b = node_test::ScrapeMetrics(*b);
+  ASSERT_TRUE(on_b.has_value());
+  EXPECT_EQ(node_test::MetricValue(
+                *on_b, "kvmesh_handoffs_received_total{mode=\"whole\",outcome=\"completed\"}"),
+            1);
+  EXPECT_EQ(node_test::MetricValue(*on_b, "kvmesh_handoff_received_blocks_total{mode=\"whole\"}"),
+            7);
+  const PeerServiceStats served = a->peer_service()->stats();
+  EXPECT_GT(served.fetches_served, 0);
+  EXPECT_EQ(served.fetches_failed, 0);
+  EXPECT_EQ(served.blocks_missing, 0);
+  const auto on_a = node_test::ScrapeMetrics(*a);
+  ASSERT_TRUE(on_a.has_value());
+  EXPECT_EQ(node_test::MetricValue(*on_a, "kvmesh_peer_fetches_served_total{outcome=\"served\"}"),
+            served.fetches_served);
+  EXPECT_EQ(node_test::MetricValue(*on_a, "kvmesh_peer_sent_blocks_total{outcome=\"sent\"}"),
+            served.blocks_sent);
+  EXPECT_EQ(node_test::MetricValue(*on_a, "kvmesh_peer_sent_bytes_total"), served.bytes_sent);
+  EXPECT_GT(served.bytes_sent, 0);
 
   const SyntheticWorkloadStats decode = RunOn(b->unix_socket(), requests);
   EXPECT_EQ(decode.failed_requests, 0) << decode.first_error;

@@ -96,9 +96,7 @@ void ExpectPrefixFetched(const std::string& device_a, const std::string& device_
   b->service().FillStatus(&status);
   EXPECT_EQ(status.remote_hit_blocks(), 7);
   EXPECT_EQ(status.pool_hit_blocks(), 0);
-  const std::string& address = b->metrics_address();
-  const auto body =
-      node_test::HttpGet(std::stoi(address.substr(address.rfind(':') + 1)), "/metrics");
+  const auto body = node_test::ScrapeMetrics(*b);
   ASSERT_TRUE(body.has_value());
   EXPECT_EQ(node_test::MetricValue(*body, "kvmesh_prompt_blocks_total{tier=\"remote\"}"), 7);
   EXPECT_EQ(node_test::MetricValue(*body, "kvmesh_prompt_blocks_total{tier=\"pool\"}"), 0);

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "node/node.h"
 #include "node/node_config.h"
+#include "tests/node/node_process.h"
 #include "tests/node/peer_test_util.h"
 
 namespace kvmesh::node_test {
@@ -26,6 +28,13 @@ inline std::unique_ptr<Node> StartPeerNode(const std::filesystem::path& dir, con
   Result<std::unique_ptr<Node>> node = Node::Start(*config);
   EXPECT_TRUE(node.ok()) << node.status();
   return node.ok() ? std::move(node).value() : nullptr;
+}
+
+// The node's /metrics, scraped over HTTP as Prometheus would; nullopt when it does not answer.
+inline std::optional<std::string> ScrapeMetrics(Node& node) {
+  const std::string& address = node.metrics_address();
+  if (address.empty()) return std::nullopt;
+  return HttpGet(std::stoi(address.substr(address.rfind(':') + 1)), "/metrics");
 }
 
 // Pinned blocks of every pool of the node (0 once every transfer and sequence let go).
