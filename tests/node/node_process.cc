@@ -165,6 +165,15 @@ Result<std::unique_ptr<KvnodeProcess>> KvnodeProcess::Start(
       if (status.ok()) {
         p->tcp_ = status->tcp_listen();
         p->metrics_ = status->metrics_listen();
+        // The node answers before main prints its summary and "kvnode ready" (what a user and
+        // scripts/run wait for); tests read that output, so wait for it too (on a loaded machine
+        // a test once read stdout before the line was written).
+        while (p->process_->Stdout().find("kvnode ready\n") == std::string::npos) {
+          if (std::chrono::steady_clock::now() >= deadline) {
+            return Status::TimedOut("kvnode answered but did not print 'kvnode ready'");
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
         return p;
       }
       last = status.status();
