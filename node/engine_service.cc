@@ -256,15 +256,13 @@ Status EngineService::Admit(EngineSession& s, const rpc::AdmitRequest& in,
   AdmissionHits hits;
   RemoteFetchResult fetched;  // pins the fetched chain until the sequence holds it
   if (fetcher_ != nullptr) fetched = fetcher_->Fetch(TokensOf(in.tokens()), options);
+  // The fetched blocks are in the pool now: the admission counts them as remote hits.
+  if (!fetched.ids.empty()) cache_->MarkRemote(fetched.ids);
   KVMESH_ASSIGN_OR_RETURN(const AddSequenceResult added,
                           cache_->AddSequence(id, TokensOf(in.tokens()), options, &hits));
   fetched.pins.Release();
   s.running.emplace(in.request_id(), id);
-  // Fetched blocks were published into the pool: the cache counted them as pool hits.
-  const std::int64_t remote = std::min(fetched.fetched, hits.pool_blocks);
-  hits.pool_blocks -= remote;
-  out->set_remote_hit_blocks(remote);
-  if (remote > 0) fetcher_->CountReused(remote);
+  out->set_remote_hit_blocks(hits.remote_blocks);
   out->set_reused_tokens(added.reused_tokens);
   out->set_reused_blocks(added.reused_blocks);
   out->set_partial_tokens(added.partial_tokens);
@@ -386,12 +384,10 @@ void EngineService::FillStatus(rpc::StatusResponse* out) const {
   tier("disk", ts.offload.has_disk, ts.offload.disk);
   out->set_admissions(ts.admissions);
   out->set_input_blocks(ts.input_blocks);
-  // Blocks fetched from peers were published into the pool: the cache counted them as pool hits.
-  const std::int64_t remote = fetcher_ != nullptr ? fetcher_->stats().reused_blocks : 0;
-  out->set_pool_hit_blocks(ts.pool_hit_blocks - remote);
+  out->set_pool_hit_blocks(ts.pool_hit_blocks);
   out->set_host_hit_blocks(ts.host_hit_blocks);
   out->set_disk_hit_blocks(ts.disk_hit_blocks);
-  out->set_remote_hit_blocks(remote);
+  out->set_remote_hit_blocks(ts.remote_hit_blocks);
   if (const ControlServer* server = server_.load(); server != nullptr) {
     const ControlServerStats ss = server->stats();
     out->set_connections(ss.connections);

@@ -429,7 +429,6 @@ void Node::StartServices() {
   oc.cache = cache_.get();
   oc.metrics = metrics_.get();
   oc.server = server_.get();
-  oc.fetcher = fetcher_.get();
   oc.eviction_policy = std::string(EvictionPolicyName(config_.kv_cache.eviction_policy));
   oc.offload_min_priority = config_.kv_cache.secondary_offload_min_priority;
   operator_ = std::make_unique<OperatorService>(std::move(oc));

@@ -141,8 +141,7 @@ void CollectDirectory(const DirectoryStats& d, Families& f) {
   Put(resyncs, {{"cause", "periodic"}}, static_cast<double>(d.resyncs - d.resyncs_after_loss));
 }
 
-// `remote`: blocks fetched from peers that admissions reused; the cache counted them as pool hits.
-void CollectHits(const TieredCacheStats& ts, std::int64_t remote, Families& f) {
+void CollectHits(const TieredCacheStats& ts, Families& f) {
   f.One("kvmesh_admissions_total", "Admitted requests.", MetricType::kCounter,
         static_cast<double>(ts.admissions));
   FamilySnapshot& hits =
@@ -151,10 +150,10 @@ void CollectHits(const TieredCacheStats& ts, std::int64_t remote, Families& f) {
             "pool, restored from the host tier or the disk tier, fetched from a peer (remote), "
             "or missed (recomputed).",
             MetricType::kCounter);
-  Put(hits, {{"tier", "pool"}}, static_cast<double>(ts.pool_hit_blocks - remote));
+  Put(hits, {{"tier", "pool"}}, static_cast<double>(ts.pool_hit_blocks));
   Put(hits, {{"tier", "host"}}, static_cast<double>(ts.host_hit_blocks));
   Put(hits, {{"tier", "disk"}}, static_cast<double>(ts.disk_hit_blocks));
-  Put(hits, {{"tier", "remote"}}, static_cast<double>(remote));
+  Put(hits, {{"tier", "remote"}}, static_cast<double>(ts.remote_hit_blocks));
   Put(hits, {{"tier", "miss"}}, static_cast<double>(ts.missed_blocks));
 }
 
@@ -363,7 +362,7 @@ void CollectNodeMetrics(const NodeMetricSources& s, std::vector<FamilySnapshot>*
   if (s.cache != nullptr && s.pools != nullptr) {
     CollectPools(s.cache->manager().GetStats(), *s.pools, f);
     const TieredCacheStats ts = s.cache->stats();
-    CollectHits(ts, s.fetcher != nullptr ? s.fetcher->stats().reused_blocks : 0, f);
+    CollectHits(ts, f);
     CollectTiers(ts.offload, f);
   }
   if (s.server != nullptr) CollectControl(*s.server, f);

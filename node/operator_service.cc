@@ -6,7 +6,6 @@
 #include "common/strings.h"
 #include "node/block_inspect.h"
 #include "node/flush.h"
-#include "node/remote_fetch.h"
 
 namespace kvmesh {
 namespace {
@@ -239,12 +238,10 @@ void OperatorService::Stats(rpc::StatsResponse* out) const {
   const TieredCacheStats ts = c_.cache->stats();
   out->set_admissions(ts.admissions);
   out->set_input_blocks(ts.input_blocks);
-  // Blocks fetched from peers were published into the pool: the cache counted them as pool hits.
-  const std::int64_t remote = c_.fetcher != nullptr ? c_.fetcher->stats().reused_blocks : 0;
-  out->set_pool_hit_blocks(ts.pool_hit_blocks - remote);
+  out->set_pool_hit_blocks(ts.pool_hit_blocks);
   out->set_host_hit_blocks(ts.host_hit_blocks);
   out->set_disk_hit_blocks(ts.disk_hit_blocks);
-  out->set_remote_hit_blocks(remote);
+  out->set_remote_hit_blocks(ts.remote_hit_blocks);
   out->set_missed_blocks(ts.missed_blocks);
   std::int64_t evicted = 0;
   const BlockManagerStats ms = c_.cache->manager().GetStats();

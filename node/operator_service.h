@@ -35,9 +35,8 @@ struct OperatorContext {
   const PoolPlan* plan = nullptr;
   const NodePools* pools = nullptr;
   TieredCache* cache = nullptr;
-  NodeMetrics* metrics = nullptr;          // may be null (no histograms in Stats)
-  const ControlServer* server = nullptr;   // may be null
-  const RemoteFetcher* fetcher = nullptr;  // null: peer.enabled is false
+  NodeMetrics* metrics = nullptr;         // may be null (no histograms in Stats)
+  const ControlServer* server = nullptr;  // may be null
   std::string eviction_policy;
   int offload_min_priority = 35;
 };

@@ -237,10 +237,12 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
     KVMESH_LOG_WARN("remote block refused index {} content_id {} error {}", ready,
                     reserved.content_id(ready).ToHex(), decoded.failure.ToString());
   }
+  RemoteFetchResult out;
+  out.ids.reserve(static_cast<std::size_t>(ready));
+  for (std::int64_t i = 0; i < ready; ++i) out.ids.push_back(reserved.content_id(i));
   KVMESH_ASSIGN_OR_RETURN(PublishedRestore published,
                           m.PublishRestore(std::move(reserved), ready, /*keep_pinned=*/true));
   fetched_.fetch_add(published.published);
-  RemoteFetchResult out;
   out.fetched = published.published;
   out.pins = std::move(published.pins);
   KVMESH_LOG_DEBUG("remote fetch done peer {} blocks {} sent {} ready {}", choice.node_id,
@@ -278,8 +280,7 @@ ContentId RemoteFetcher::RemoteId(const RestoreReservation& r, std::int64_t i) c
 }
 
 RemoteFetchStats RemoteFetcher::stats() const {
-  return {fetches_.load(), fetched_.load(), refused_.load(),
-          failed_.load(),  bytes_.load(),   reused_.load()};
+  return {fetches_.load(), fetched_.load(), refused_.load(), failed_.load(), bytes_.load()};
 }
 
 }  // namespace kvmesh

@@ -93,8 +93,9 @@ struct RemoteFetchOptions {
 };
 
 struct RemoteFetchResult {
-  PinnedBlocks pins;         // the fetched chain, pinned until the caller admitted
-  std::int64_t fetched = 0;  // blocks published from the peer
+  PinnedBlocks pins;           // the fetched chain, pinned until the caller admitted
+  std::int64_t fetched = 0;    // blocks published from the peer
+  std::vector<ContentId> ids;  // the content ids of the blocks that arrived verified
 };
 
 struct RemoteFetchStats {
@@ -103,7 +104,6 @@ struct RemoteFetchStats {
   std::int64_t refused_blocks = 0;  // arrived but failed verification (corrupt, foreign)
   std::int64_t failed_fetches = 0;  // transfer failed: timeout, peer gone, refused
   std::int64_t fetched_bytes = 0;   // bundle bytes received
-  std::int64_t reused_blocks = 0;   // fetched blocks their admission reused: the remote hits
 };
 
 class RemoteFetcher {
@@ -117,9 +117,6 @@ class RemoteFetcher {
   // Never fails the admission: errors are logged and counted, and the result is then empty.
   RemoteFetchResult Fetch(std::span<const Token> prompt, const SequenceOptions& options);
   [[nodiscard]] RemoteFetchStats stats() const;
-  // Counts `blocks` fetched blocks that an admission reused (EngineService::Admit): the node's
-  // remote hits, which the cache counted as pool hits.
-  void CountReused(std::int64_t blocks) { reused_.fetch_add(blocks, std::memory_order_relaxed); }
 
  private:
   struct Choice {
@@ -147,8 +144,7 @@ class RemoteFetcher {
   const std::vector<KvPoolView> views_;
   const std::vector<BundleCodec> codecs_;
   const bool in_place_;
-  std::atomic<std::int64_t> fetches_{0}, fetched_{0}, refused_{0}, failed_{0}, bytes_{0},
-      reused_{0};
+  std::atomic<std::int64_t> fetches_{0}, fetched_{0}, refused_{0}, failed_{0}, bytes_{0};
 };
 
 }  // namespace kvmesh

@@ -76,7 +76,15 @@ Result<RestorePlan> TieredCache::PlanAfterPrefetches(std::span<const Token> prom
 void TieredCache::RememberSources(std::span<const ContentId> ids, std::span<const KvTier> sources) {
   MutexLock lock(&mu_);
   if (sources_.size() + ids.size() > kMaxRememberedSources) sources_.clear();
-  for (std::size_t i = 0; i < ids.size() && i < sources.size(); ++i) sources_[ids[i]] = sources[i];
+  for (std::size_t i = 0; i < ids.size() && i < sources.size(); ++i) {
+    sources_[ids[i]] = sources[i] == KvTier::kDisk ? HitSource::kDisk : HitSource::kHost;
+  }
+}
+
+void TieredCache::MarkRemote(std::span<const ContentId> ids) {
+  MutexLock lock(&mu_);
+  if (sources_.size() + ids.size() > kMaxRememberedSources) sources_.clear();
+  for (const ContentId& id : ids) sources_[id] = HitSource::kRemote;
 }
 
 AdmissionHits TieredCache::CountAdmission(const RestorePlan& plan, const AddSequenceResult& result,
@@ -91,7 +99,11 @@ AdmissionHits TieredCache::CountAdmission(const RestorePlan& plan, const AddSequ
       ++hits.pool_blocks;
       continue;
     }
-    ++(it->second == KvTier::kDisk ? hits.disk_blocks : hits.host_blocks);
+    switch (it->second) {
+      case HitSource::kHost: ++hits.host_blocks; break;
+      case HitSource::kDisk: ++hits.disk_blocks; break;
+      case HitSource::kRemote: ++hits.remote_blocks; break;
+    }
     sources_.erase(it);
   }
   hits.missed_blocks = num_positions - result.reused_blocks;
@@ -100,6 +112,7 @@ AdmissionHits TieredCache::CountAdmission(const RestorePlan& plan, const AddSequ
   counts_.pool_hit_blocks += hits.pool_blocks;
   counts_.host_hit_blocks += hits.host_blocks;
   counts_.disk_hit_blocks += hits.disk_blocks;
+  counts_.remote_hit_blocks += hits.remote_blocks;
   counts_.missed_blocks += hits.missed_blocks;
   return hits;
 }

@@ -72,7 +72,9 @@ struct TieredCacheStats {
   std::int64_t pool_hit_blocks = 0;
   std::int64_t host_hit_blocks = 0;
   std::int64_t disk_hit_blocks = 0;
-  std::int64_t missed_blocks = 0;       // input - hits
+  std::int64_t remote_hit_blocks =
+      0;                           // blocks a peer sent that their admission reused (MarkRemote)
+  std::int64_t missed_blocks = 0;  // input - hits
   std::int64_t restore_duplicates = 0;  // restored blocks another sequence stored first
   std::int64_t prefetches = 0;          // Prefetch calls that started a restore
   std::int64_t prefetched_blocks = 0;   // blocks they published
@@ -80,7 +82,7 @@ struct TieredCacheStats {
   OffloadStats offload;
 
   [[nodiscard]] std::int64_t hit_blocks() const {
-    return pool_hit_blocks + host_hit_blocks + disk_hit_blocks;
+    return pool_hit_blocks + host_hit_blocks + disk_hit_blocks + remote_hit_blocks;
   }
   [[nodiscard]] double hit_rate() const {
     return input_blocks == 0
@@ -94,6 +96,7 @@ struct AdmissionHits {
   std::int64_t pool_blocks = 0;
   std::int64_t host_blocks = 0;
   std::int64_t disk_blocks = 0;
+  std::int64_t remote_blocks = 0;
   std::int64_t missed_blocks = 0;
 };
 
@@ -123,6 +126,10 @@ class TieredCache {
       KVMESH_EXCLUDES(mu_);
   // Waits until every prefetch started so far is published.
   void WaitForPrefetches() KVMESH_EXCLUDES(mu_);
+  // Blocks a remote fetch published into the pool for an admission (node/remote_fetch.h): the
+  // admission that reuses them counts them as remote hits, not pool hits, in the same count as the
+  // rest (one lock: the counters never move between tiers).
+  void MarkRemote(std::span<const ContentId> ids) KVMESH_EXCLUDES(mu_);
 
   [[nodiscard]] TieredCacheStats stats() const KVMESH_EXCLUDES(mu_);
 
@@ -152,7 +159,9 @@ class TieredCache {
       KVMESH_GUARDED_BY(mu_);
   std::int64_t prefetches_running_ KVMESH_GUARDED_BY(mu_) = 0;
   // Restored blocks not yet reused by an admission: where they came from (bounded).
-  std::unordered_map<ContentId, KvTier, ContentIdHash> sources_ KVMESH_GUARDED_BY(mu_);
+  // Where a block not yet reused came from, for the admission that reuses it.
+  enum class HitSource : std::uint8_t { kHost, kDisk, kRemote };
+  std::unordered_map<ContentId, HitSource, ContentIdHash> sources_ KVMESH_GUARDED_BY(mu_);
   TieredCacheStats counts_ KVMESH_GUARDED_BY(mu_);
 };
 

@@ -2,8 +2,8 @@
 // not copied again), onboard counted as reuse with identical bytes, a run stopping at the first
 // missing block, corruption in a tier (a miss plus a counter; the sequence recomputes), prefetch,
 // capacity limits of both tiers, a disk-only tier, a warm restart (a new manager and pool over
-// the same RocksDB directory), two pools of different layouts, and the host tier's eviction
-// policy set through the offload engine.
+// the same RocksDB directory), two pools of different layouts, the host tier's eviction policy
+// set through the offload engine, and blocks a remote fetch published counted as remote hits.
 #include "store/tiered_cache.h"
 
 #include <gtest/gtest.h>
@@ -141,6 +141,37 @@ TEST(TieredCacheTest, OnboardedBlocksCountAsReusedWithIdenticalBytes) {
   EXPECT_EQ(rig.manager().GetStats().pools[0].restored_blocks, 3u);
   EXPECT_TRUE(rig.manager().CheckInvariants().ok());
   ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{2}).ok());
+}
+
+// Blocks a remote fetch published (MarkRemote) count as remote hits of the admission that reuses
+// them, in the same count as the pool's (the node's status and metrics read it: a pool counter
+// that blocks later moved out of would run backwards), and only once.
+TEST(TieredCacheTest, MarkedBlocksCountAsRemoteHitsOnce) {
+  Rig rig(Small(8, 0));
+  const auto p = Doc(3 * kT + 1, 9);  // 3 reusable full blocks and a partial one
+  rig.Run(1, p, {});
+  const std::vector<ContentId> ids = rig.Ids(p, {});
+  ASSERT_EQ(ids.size(), 3u);
+  rig.cache().MarkRemote(std::span<const ContentId>(ids).first(2));
+  AdmissionHits hits;
+  auto r = rig.cache().AddSequence(RequestId{2}, p, {}, &hits);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->reused_blocks, 3);
+  EXPECT_EQ(hits.remote_blocks, 2);
+  EXPECT_EQ(hits.pool_blocks, 1);
+  TieredCacheStats s = rig.cache().stats();
+  EXPECT_EQ(s.remote_hit_blocks, 2);
+  EXPECT_EQ(s.pool_hit_blocks, 1);
+  EXPECT_EQ(s.hit_blocks() + s.missed_blocks, s.input_blocks);
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{2}).ok());
+  AdmissionHits again;
+  ASSERT_TRUE(rig.cache().AddSequence(RequestId{3}, p, {}, &again).ok());
+  EXPECT_EQ(again.remote_blocks, 0);
+  EXPECT_EQ(again.pool_blocks, 3);
+  s = rig.cache().stats();
+  EXPECT_EQ(s.remote_hit_blocks, 2);
+  EXPECT_EQ(s.pool_hit_blocks, 4);
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{3}).ok());
 }
 
 TEST(TieredCacheTest, RestoreStopsAtTheFirstBlockNoTierHolds) {
