@@ -75,8 +75,7 @@ Status ControlServer::Impl::Bind() {
     if (!ec) tcp_acceptor->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
       tcp_acceptor.reset();
-      return Status::FailedPrecondition(
-          StrCat("tcp_listen ", options.tcp_listen, ": ", ec.message()));
+      return ListenError("tcp_listen", options.tcp_listen, ec);
     }
     const Proto::endpoint bound = tcp_acceptor->local_endpoint();
     asio::ip::tcp::endpoint tcp_ep;

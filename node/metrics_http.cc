@@ -162,10 +162,7 @@ Status MetricsHttpServer::Impl::Bind() {
   if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor.bind(ep, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Status::FailedPrecondition(
-        StrCat("metrics.listen ", options.listen, ": ", ec.message()));
-  }
+  if (ec) return ListenError("metrics.listen", options.listen, ec);
   const tcp::endpoint local = acceptor.local_endpoint(ec);
   bound = local.address().is_v6() ? StrCat("[", local.address().to_string(), "]:", local.port())
                                   : StrCat(local.address().to_string(), ":", local.port());

@@ -33,4 +33,15 @@ Result<boost::asio::ip::tcp::endpoint> ParseTcpEndpoint(std::string_view setting
   return boost::asio::ip::tcp::endpoint(address, static_cast<std::uint16_t>(port));
 }
 
+Status ListenError(std::string_view setting, const std::string& text,
+                   const boost::system::error_code& ec) {
+  std::string message = StrCat(setting, " ", text, ": ", ec.message());
+  if (ec == boost::system::errc::address_in_use) {
+    message +=
+        StrCat(" (another process listens there, perhaps another kvnode: give each node its ",
+               "own ", setting, "; port 0 takes any free one)");
+  }
+  return Status::FailedPrecondition(message);
+}
+
 }  // namespace kvmesh

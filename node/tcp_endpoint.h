@@ -8,6 +8,7 @@
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/system/error_code.hpp>
 #include <string>
 #include <string_view>
 
@@ -19,5 +20,11 @@ namespace kvmesh {
 // that is not an IP address, a port that is not a number in range.
 Result<boost::asio::ip::tcp::endpoint> ParseTcpEndpoint(std::string_view setting,
                                                         const std::string& text);
+
+// kFailedPrecondition for a listen setting that could not be bound or listened on: the setting,
+// its value and the system's reason; for an address in use, also what to do about it (a second
+// kvnode on one host needs ports of its own).
+Status ListenError(std::string_view setting, const std::string& text,
+                   const boost::system::error_code& ec);
 
 }  // namespace kvmesh

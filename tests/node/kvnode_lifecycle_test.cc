@@ -100,6 +100,7 @@ TEST(KvnodeLifecycleTest, RefusesToStartWithOneClearLine) {
   EXPECT_EQ(port.status.code, 1);
   EXPECT_THAT(port.err, HasSubstr("tcp_listen 127.0.0.1:"));
   EXPECT_THAT(port.err, HasSubstr("in use"));
+  EXPECT_THAT(port.err, HasSubstr("give each node its own tcp_listen"));
   // A CUDA device this process does not see (on a machine without a GPU: cuda:0).
   const int devices = CudaDeviceCount();
   std::string gpu_cfg = TestConfig(dir.path() / "gpu");

@@ -52,5 +52,21 @@ TEST(TcpEndpointTest, EachMalformedFormIsRefusedNamingTheSetting) {
   }
 }
 
+TEST(TcpEndpointTest, AnAddressInUseSaysWhatToDo) {
+  const Status in_use =
+      ListenError("metrics.listen", "127.0.0.1:9470",
+                  boost::system::errc::make_error_code(boost::system::errc::address_in_use));
+  EXPECT_EQ(in_use.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(in_use.message(), HasSubstr("metrics.listen 127.0.0.1:9470: "));
+  EXPECT_THAT(in_use.message(), HasSubstr("give each node its own metrics.listen"));
+  EXPECT_THAT(in_use.message(), HasSubstr("port 0 takes any free one"));
+  const Status denied =
+      ListenError("tcp_listen", "10.0.0.1:80",
+                  boost::system::errc::make_error_code(boost::system::errc::permission_denied));
+  EXPECT_EQ(denied.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(denied.message(), HasSubstr("tcp_listen 10.0.0.1:80: "));
+  EXPECT_THAT(denied.message(), ::testing::Not(HasSubstr("another kvnode")));
+}
+
 }  // namespace
 }  // namespace kvmesh
