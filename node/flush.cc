@@ -29,6 +29,11 @@ std::int64_t FlushToDiskTier(TieredCache& cache, int min_priority, std::int64_t*
       KVMESH_LOG_WARN("flush to disk failed error {}", st.ToString());
     }
   };
+  // Blocks still moving out of the pool (offload copies queued or running) are in neither the
+  // pool's tree nor the host tier yet: let them land in the host tier first, or the scans below
+  // miss them and they are lost at exit (seen as acknowledged blocks missing after a SIGTERM
+  // under load). Nothing starts new moves now: every connection is closed.
+  engine.Drain();
   std::uint64_t cursor = 0;
   do {
     const CachedBlockPage page = cache.manager().ListCachedBlocks(cursor, 4096);
