@@ -19,6 +19,44 @@ struct StatusOptions {
   bool json = false;
 };
 
+// The cluster lines under "hits": membership and its health, what changed, the directory shard.
+void PrintClusterLines(const rpc::ClusterStatus& c) {
+  std::string health;
+  if (c.membership() == "etcd") {
+    health = c.membership_ok()
+                 ? StrCat("lease ", c.lease(), ", ")
+                 : StrCat("etcd FAILING, keeping the last view (", c.membership_failures(),
+                          " failed attempts): ", c.membership_error(), "; ");
+    health += c.last_view_age_s() < 0
+                  ? std::string("member list not read yet")
+                  : StrCat("member list read ", FormatFixed(c.last_view_age_s(), 1), " s ago");
+  } else {
+    health = "the member list of the config";
+  }
+  std::printf("cluster     %s, %d members: %s; peer data path %s\n", c.membership().c_str(),
+              c.members_size(), health.c_str(), c.peer_enabled() ? "on" : "off");
+  std::printf("members     %lld joined, %lld left, %lld rejoined since the node started\n",
+              static_cast<long long>(c.members_joined()), static_cast<long long>(c.members_left()),
+              static_cast<long long>(c.members_rejoined()));
+  std::printf(
+      "directory   %lld ids homed here, %lld held here, %lld update failures, %lld KV events "
+      "lost\n",
+      static_cast<long long>(c.directory_shard_ids()),
+      static_cast<long long>(c.directory_held_ids()),
+      static_cast<long long>(c.directory_send_failures()),
+      static_cast<long long>(c.directory_events_lost()));
+}
+
+// The members, after the tiers.
+void PrintMembers(const rpc::ClusterStatus& c) {
+  std::printf("\n%-16s %-24s %s\n", "MEMBER", "ADDRESS", "INCARNATION");
+  for (const rpc::ClusterMember& m : c.members()) {
+    const std::string id = m.self() ? m.node_id() + " (this)" : m.node_id();
+    std::printf("%-16s %-24s %s\n", id.c_str(), m.control_address().c_str(),
+                m.incarnation() == 0 ? "-" : std::to_string(m.incarnation()).c_str());
+  }
+}
+
 void PrintTable(const rpc::StatusResponse& s) {
   std::printf("node        %s (pid %lld, version %s, up %.1f s)%s\n", s.node_id().c_str(),
               static_cast<long long>(s.pid()), s.version().c_str(), s.uptime_s(),
@@ -44,6 +82,7 @@ void PrintTable(const rpc::StatusResponse& s) {
       static_cast<long long>(s.pool_hit_blocks()), static_cast<long long>(s.host_hit_blocks()),
       static_cast<long long>(s.disk_hit_blocks()), static_cast<long long>(s.remote_hit_blocks()),
       s.input_blocks() > 0 ? static_cast<double>(hits) / s.input_blocks() : 0.0);
+  if (s.has_cluster()) PrintClusterLines(s.cluster());
   std::printf("\n%-5s %-24s %-5s %8s %8s %8s %8s %8s %8s %12s\n", "POOL", "KEY", "RANK", "BLOCKS",
               "FREE", "CACHED", "PRIVATE", "PINNED", "MOVING", "BYTES/BLOCK");
   for (const rpc::PoolStatus& p : s.pools()) {
@@ -66,6 +105,7 @@ void PrintTable(const rpc::StatusResponse& s) {
                 FormatBytes(t.capacity_bytes()).c_str(), FormatBytes(t.used_bytes()).c_str(),
                 static_cast<long long>(t.entries()), state.c_str());
   }
+  if (s.has_cluster()) PrintMembers(s.cluster());
 }
 
 Status PrintJson(const rpc::StatusResponse& s) {

@@ -98,4 +98,43 @@ Status ClusterService::Lookup(const rpc::ClusterLookupRequest& in,
   return Status::Ok();
 }
 
+void ClusterService::FillStatus(rpc::ClusterStatus* out) const {
+  const PeerTableStats t = peers_->stats();
+  const MembershipHealth& h = t.health;
+  out->set_membership(h.kind);
+  out->set_membership_ok(h.ok);
+  out->set_membership_error(h.error);
+  out->set_lease(h.lease);
+  out->set_joins(h.joins);
+  out->set_membership_failures(h.failures);
+  out->set_last_view_age_s(
+      h.last_view.has_value()
+          ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *h.last_view).count()
+          : -1.0);
+  out->set_members_joined(t.joined);
+  out->set_members_left(t.left);
+  out->set_members_rejoined(t.rejoined);
+  std::vector<PeerInfo> members = peers_->Snapshot();
+  PeerInfo self;
+  self.node_id = peers_->self_id();
+  self.control_address = self_address_;
+  self.incarnation = static_cast<std::uint64_t>(h.lease);
+  members.insert(
+      std::upper_bound(members.begin(), members.end(), self,
+                       [](const PeerInfo& a, const PeerInfo& b) { return a.node_id < b.node_id; }),
+      self);
+  for (const PeerInfo& p : members) {
+    rpc::ClusterMember* m = out->add_members();
+    m->set_node_id(p.node_id);
+    m->set_control_address(p.control_address);
+    m->set_incarnation(p.incarnation);
+    m->set_self(p.node_id == self.node_id);
+  }
+  const DirectoryStats d = directory_->stats();
+  out->set_directory_shard_ids(d.shard_ids);
+  out->set_directory_held_ids(d.held_ids);
+  out->set_directory_send_failures(d.send_failures);
+  out->set_directory_events_lost(d.events_lost);
+}
+
 }  // namespace kvmesh

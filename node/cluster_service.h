@@ -10,6 +10,9 @@
 // pick is the longest prefix, then the most tokens in the pool, then the node id. Blocks whose
 // home did not answer count as held by nobody (unreachable_homes says which).
 //
+// FillStatus: this node's view of the cluster for kvctl status — membership and its health, the
+// members (this node included), its directory shard.
+//
 // Thread safety: thread-safe (called on the server's workers).
 #pragma once
 
@@ -22,13 +25,19 @@ namespace kvmesh {
 
 class ClusterService {
  public:
-  // REQUIRES: every pointer outlives the service.
-  ClusterService(PrefixDirectory* directory, PeerTable* peers, TieredCache* cache)
-      : directory_(directory), peers_(peers), cache_(cache) {}
+  // REQUIRES: every pointer outlives the service. `self_address`: the control address this node
+  // advertises to the others.
+  ClusterService(PrefixDirectory* directory, PeerTable* peers, TieredCache* cache,
+                 std::string self_address)
+      : directory_(directory),
+        peers_(peers),
+        cache_(cache),
+        self_address_(std::move(self_address)) {}
 
   static bool Handles(rpc::Request::BodyCase body);
   [[nodiscard]] Status Handle(const SessionInfo& session, const rpc::Request& request,
                               rpc::Response* out);
+  void FillStatus(rpc::ClusterStatus* out) const;
 
  private:
   [[nodiscard]] Status Lookup(const rpc::ClusterLookupRequest& in,
@@ -37,6 +46,7 @@ class ClusterService {
   PrefixDirectory* const directory_;
   PeerTable* const peers_;
   TieredCache* const cache_;
+  const std::string self_address_;
 };
 
 }  // namespace kvmesh

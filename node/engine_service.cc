@@ -388,6 +388,10 @@ void EngineService::FillStatus(rpc::StatusResponse* out) const {
   out->set_host_hit_blocks(ts.host_hit_blocks);
   out->set_disk_hit_blocks(ts.disk_hit_blocks);
   out->set_remote_hit_blocks(ts.remote_hit_blocks);
+  if (cluster_ != nullptr) {
+    cluster_->FillStatus(out->mutable_cluster());
+    out->mutable_cluster()->set_peer_enabled(peer_ != nullptr);
+  }
   if (const ControlServer* server = server_.load(); server != nullptr) {
     const ControlServerStats ss = server->stats();
     out->set_connections(ss.connections);

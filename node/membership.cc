@@ -99,6 +99,7 @@ class EtcdMembership final : public Membership {
     if (lease_ == 0) {
       KVMESH_ASSIGN_OR_RETURN(lease_, client_.GrantLease(config_.lease_ttl_s));
       last_keepalive_ = Clock::now();
+      ++health_.joins;
     }
     self.incarnation = static_cast<std::uint64_t>(lease_);
     Status st = client_.Put(key_, EncodePeerInfo(self), lease_);
@@ -143,6 +144,7 @@ class EtcdMembership final : public Membership {
       members.push_back(std::move(info).value());
     }
     table_->ReplaceAll(std::move(members));
+    health_.last_view = Clock::now();
     std::lock_guard lock(mu_);
     has_view_ = true;
     wake_.notify_all();
@@ -166,6 +168,11 @@ class EtcdMembership final : public Membership {
     bool failing = false;
     for (;;) {
       const Status st = Step();
+      health_.ok = st.ok();
+      health_.error = st.ok() ? std::string() : st.ToString();
+      health_.lease = lease_;
+      if (!st.ok()) ++health_.failures;
+      table_->SetHealth(health_);
       if (st.ok()) {
         if (failing) KVMESH_LOG_INFO("etcd membership reachable again");
         failing = false;
@@ -193,6 +200,7 @@ class EtcdMembership final : public Membership {
   std::int64_t lease_ = 0;
   bool joined_ = false;
   Clock::time_point last_keepalive_;
+  MembershipHealth health_{.kind = "etcd"};  // a copy goes to the table after every step
   std::thread thread_;
 
   std::mutex mu_;
@@ -253,6 +261,10 @@ Result<std::unique_ptr<Membership>> Membership::Start(const ClusterSection& conf
   // starting in one process).
   KVMESH_LOG_DEBUG("membership start kind {} self {}", MembershipKindName(config.membership),
                    self.node_id);
+  MembershipHealth health;
+  health.kind = std::string(MembershipKindName(config.membership));
+  if (config.membership == MembershipKind::kStatic) health.last_view = Clock::now();
+  table->SetHealth(std::move(health));
   switch (config.membership) {
     case MembershipKind::kNone: return std::unique_ptr<Membership>(new NoMembership());
     case MembershipKind::kStatic:

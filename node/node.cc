@@ -378,8 +378,14 @@ Status Node::CreateDirectory(const std::string& secret) {
       [manager](std::uint64_t from, std::size_t max) { return manager->PollEvents(from, max); },
       MakePeerDirectoryTransport(description_.node_id, secret),
       [cache] { return HoldingsSnapshot(*cache); });
-  cluster_ = std::make_unique<ClusterService>(directory_.get(), peers_.get(), cache_.get());
+  cluster_ = std::make_unique<ClusterService>(directory_.get(), peers_.get(), cache_.get(),
+                                              AdvertisedAddress());
   return Status::Ok();
+}
+
+std::string Node::AdvertisedAddress() const {
+  const std::string& advertise = config_.cluster.advertise;
+  return advertise.empty() ? server_->tcp_address() : advertise;
 }
 
 Status Node::StartMembership() {
@@ -388,7 +394,7 @@ Status Node::StartMembership() {
   BlockManager* manager = &cache_->manager();
   PeerInfo self;
   self.node_id = description_.node_id;
-  self.control_address = c.advertise.empty() ? server_->tcp_address() : c.advertise;
+  self.control_address = AdvertisedAddress();
   self.namespace_digest_hex = NamespaceDigest(manager->config().key_namespace).ToHex();
   KVMESH_ASSIGN_OR_RETURN(membership_, Membership::Start(c, std::move(self), peers_.get()));
   KVMESH_LOG_INFO("cluster membership {} members {}", MembershipKindName(c.membership),
@@ -444,6 +450,7 @@ void Node::StartServices() {
   sources_.cache = cache_.get();
   sources_.pools = &pools_;
   sources_.directory = directory_.get();
+  sources_.peers = peers_.get();
   sources_.fetcher = fetcher_.get();
   sources_.peer_service = peer_service_.get();
   sources_.handoff_sender = handoff_sender_.get();
@@ -526,10 +533,23 @@ std::string Node::Summary() const {
             ? std::string("off")
             : StrCat("http://", description_.metrics_listen, "/metrics (/healthz, /readyz)"));
   s << "\n  secret     from " << secret_origin_ << "\n";
-  if (peers_ != nullptr) {
-    s << "  cluster    " << MembershipKindName(c.cluster.membership) << " membership, "
-      << peers_->Snapshot().size() << " peers now, directory batch " << c.cluster.directory.batch_ms
-      << " ms\n";
+  if (c.cluster.membership != MembershipKind::kNone) {
+    s << "  cluster    " << MembershipKindName(c.cluster.membership) << " membership";
+    if (c.cluster.membership == MembershipKind::kEtcd) {
+      s << " at " << StrJoin(c.cluster.etcd.endpoints, ", ") << " (lease "
+        << c.cluster.etcd.lease_ttl_s << " s)";
+    }
+    s << ", " << peers_->Snapshot().size() << " peers now, advertised as " << AdvertisedAddress()
+      << ", directory batch " << c.cluster.directory.batch_ms << " ms\n";
+  }
+  if (c.peer.enabled) {
+    s << "  peer       UCX "
+      << (c.peer.ucx_tls.empty() ? "(UCX_TLS: UCX's choice)" : "UCX_TLS " + c.peer.ucx_tls)
+      << (c.peer.ucx_net_devices.empty() ? "" : " on " + c.peer.ucx_net_devices) << ", staging "
+      << FormatBytes(c.peer.staging_size) << " each way, fetch deadline "
+      << c.peer.fetch_deadline.count() << " ms\n";
+  } else if (c.cluster.membership != MembershipKind::kNone) {
+    s << "  peer       off (peer.enabled: false): the directory is shared, no block moves\n";
   }
   return s.str();
 }

@@ -127,6 +127,8 @@ class Node {
   Status StartPeers();
   void ResetPeers();
   Status CreateDirectory(const std::string& secret);
+  // The control address this node gives its peers (cluster.advertise, else tcp_listen as bound).
+  [[nodiscard]] std::string AdvertisedAddress() const;
   Status StartMembership();
   void StopCluster();
   void StartServices();

@@ -30,6 +30,7 @@
 #include "node/metrics.h"
 #include "node/metrics_http.h"
 #include "node/node_pools.h"
+#include "node/peer_table.h"
 #include "node/prefix_directory.h"
 #include "node/proto/kvmesh_rpc.pb.h"
 #include "store/offload_engine.h"
@@ -89,6 +90,7 @@ struct NodeMetricSources {
   const NodePools* pools = nullptr;
   const ControlServer* server = nullptr;
   const PrefixDirectory* directory = nullptr;  // null: not in a cluster
+  const PeerTable* peers = nullptr;            // the member table (a cluster or the peer path)
   // The peer data path; all null without it (peer.enabled false).
   const RemoteFetcher* fetcher = nullptr;
   const PeerService* peer_service = nullptr;

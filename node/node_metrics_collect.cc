@@ -141,6 +141,29 @@ void CollectDirectory(const DirectoryStats& d, Families& f) {
   Put(resyncs, {{"cause", "periodic"}}, static_cast<double>(d.resyncs - d.resyncs_after_loss));
 }
 
+void CollectMembership(const PeerTableStats& t, Families& f) {
+  f.One("kvmesh_cluster_members", "Members in this node's view of the cluster, itself included.",
+        MetricType::kGauge, static_cast<double>(t.members + 1));
+  FamilySnapshot& changes =
+      f.Add("kvmesh_cluster_member_changes_total",
+            "Changes to this node's member list: members that joined, left (left, lease lapsed) "
+            "or rejoined (seen again with a new incarnation: it restarted, or its lease lapsed).",
+            MetricType::kCounter);
+  Put(changes, {{"change", "joined"}}, static_cast<double>(t.joined));
+  Put(changes, {{"change", "left"}}, static_cast<double>(t.left));
+  Put(changes, {{"change", "rejoined"}}, static_cast<double>(t.rejoined));
+  f.One("kvmesh_cluster_membership_up",
+        "1 while the membership source answers (etcd: its last step succeeded; static: always), "
+        "else 0: the node keeps its last member list.",
+        MetricType::kGauge, t.health.ok ? 1 : 0);
+  f.One("kvmesh_cluster_membership_failures_total",
+        "Failed membership steps (etcd calls that failed; each retried with backoff).",
+        MetricType::kCounter, static_cast<double>(t.health.failures));
+  f.One("kvmesh_cluster_lease_grants_total",
+        "etcd leases this node was granted: 1 at start, one more each time its lease lapsed.",
+        MetricType::kCounter, static_cast<double>(t.health.joins));
+}
+
 void CollectHits(const TieredCacheStats& ts, Families& f) {
   f.One("kvmesh_admissions_total", "Admitted requests.", MetricType::kCounter,
         static_cast<double>(ts.admissions));
@@ -367,6 +390,11 @@ void CollectNodeMetrics(const NodeMetricSources& s, std::vector<FamilySnapshot>*
   }
   if (s.server != nullptr) CollectControl(*s.server, f);
   if (s.directory != nullptr) CollectDirectory(s.directory->stats(), f);
+  if (s.peers != nullptr) {
+    if (const PeerTableStats t = s.peers->stats(); t.health.kind != "none") {
+      CollectMembership(t, f);
+    }
+  }
   if (s.fetcher != nullptr) CollectRemoteFetch(s.fetcher->stats(), f);
   if (s.peer_service != nullptr && s.handoff_sender != nullptr && s.handoff_receiver != nullptr) {
     CollectPeer(s.peer_service->stats(), s.handoff_sender->stream_stats(),

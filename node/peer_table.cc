@@ -1,5 +1,7 @@
 #include "node/peer_table.h"
 
+#include "common/log.h"
+
 namespace kvmesh {
 
 void PeerTable::Upsert(PeerInfo info) {
@@ -8,10 +10,11 @@ void PeerTable::Upsert(PeerInfo info) {
     MutexLock lock(&mu_);
     auto it = members_.find(info.node_id);
     if (it != members_.end() && *it->second == info) return;  // no change
-    // The key first: in `m[k] = f(std::move(info))` the right side is evaluated first (C++17),
-    // which would leave the key moved-from (empty).
-    const std::string id = info.node_id;
-    members_[id] = std::make_shared<const PeerInfo>(std::move(info));
+    auto now = std::make_shared<const PeerInfo>(std::move(info));
+    Note(it == members_.end() ? nullptr : it->second.get(), now.get());
+    // The key first: in `m[k] = f(...)` the right side is evaluated first (C++17).
+    const std::string id = now->node_id;
+    members_[id] = std::move(now);
   }
   Notify();
 }
@@ -19,7 +22,10 @@ void PeerTable::Upsert(PeerInfo info) {
 void PeerTable::Remove(const std::string& node_id) {
   {
     MutexLock lock(&mu_);
-    if (members_.erase(node_id) == 0) return;
+    auto it = members_.find(node_id);
+    if (it == members_.end()) return;
+    Note(it->second.get(), nullptr);
+    members_.erase(it);
   }
   Notify();
 }
@@ -38,6 +44,13 @@ void PeerTable::ReplaceAll(std::vector<PeerInfo> members) {
       same = a->first == b->first && *a->second == *b->second;
     }
     if (same) return;
+    for (const auto& [id, info] : next) {
+      auto was = members_.find(id);
+      Note(was == members_.end() ? nullptr : was->second.get(), info.get());
+    }
+    for (const auto& [id, info] : members_) {
+      if (!next.contains(id)) Note(info.get(), nullptr);
+    }
     members_ = std::move(next);
   }
   Notify();
@@ -60,6 +73,39 @@ std::shared_ptr<const PeerInfo> PeerTable::Find(const std::string& node_id) cons
 void PeerTable::Subscribe(Listener listener) {
   MutexLock lock(&mu_);
   listeners_.push_back(std::move(listener));
+}
+
+void PeerTable::SetHealth(MembershipHealth health) {
+  MutexLock lock(&mu_);
+  health_ = std::move(health);
+}
+
+PeerTableStats PeerTable::stats() const {
+  MutexLock lock(&mu_);
+  PeerTableStats s;
+  s.members = static_cast<std::int64_t>(members_.size());
+  s.joined = joined_;
+  s.left = left_;
+  s.rejoined = rejoined_;
+  s.health = health_;
+  return s;
+}
+
+void PeerTable::Note(const PeerInfo* was, const PeerInfo* now) {
+  if (was == nullptr && now != nullptr) {
+    ++joined_;
+    KVMESH_LOG_INFO("cluster member joined node {} address {} incarnation {}", now->node_id,
+                    now->control_address, now->incarnation);
+  } else if (was != nullptr && now == nullptr) {
+    ++left_;
+    KVMESH_LOG_INFO("cluster member left node {} address {}", was->node_id, was->control_address);
+  } else if (was != nullptr && was->incarnation != now->incarnation) {
+    ++rejoined_;
+    KVMESH_LOG_INFO(
+        "cluster member rejoined node {} address {} incarnation {} (was {}: it restarted, or its "
+        "lease lapsed)",
+        now->node_id, now->control_address, now->incarnation, was->incarnation);
+  }
 }
 
 void PeerTable::Notify() {

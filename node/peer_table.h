@@ -6,7 +6,11 @@
 //   writer   Membership (a static `cluster.peers` list, or etcd leases): Upsert when a member is
 //            seen or changes, Remove when it leaves or its lease lapses.
 //   readers  Snapshot() for a consistent view; Subscribe() for changes (called after each change,
-//            outside the table's lock, in the writer's thread; must not block).
+//            outside the table's lock, in the writer's thread; must not block); stats() for what
+//            an operator sees (kvctl status, /metrics): members that joined, left or rejoined,
+//            and the health of the membership source, which Membership reports with SetHealth.
+//
+// Every member that joins, leaves or comes back with a new incarnation is logged (info).
 //
 // A PeerInfo is what a member advertises about itself; nothing in it is trusted for memory
 // access: the control plane authenticates a peer before any UCX address is used, and every block
@@ -15,10 +19,12 @@
 // Thread safety: thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +42,27 @@ struct PeerInfo {
   std::string namespace_digest_hex;  // its block namespace: only equal namespaces share blocks
   std::uint64_t incarnation = 0;     // changes when the node restarts (e.g. its etcd lease id)
   friend bool operator==(const PeerInfo&, const PeerInfo&) = default;
+};
+
+// What the membership source last said about itself (Membership::Start sets the kind; etcd
+// membership updates the rest after every step).
+struct MembershipHealth {
+  std::string kind = "none";  // none, static, etcd
+  bool ok = true;             // etcd: its last step succeeded; false: the table keeps its last view
+  std::string error;          // while !ok: the failing call's error
+  std::int64_t lease = 0;     // etcd: this node's lease (its incarnation); 0: none now
+  std::int64_t joins = 0;     // etcd: leases this node was granted (1 + rejoins after a lapse)
+  std::int64_t failures = 0;  // etcd: failed steps, each retried with backoff
+  // When the member list was last read from the source (static: at start); none yet: nullopt.
+  std::optional<std::chrono::steady_clock::time_point> last_view;
+};
+
+struct PeerTableStats {
+  std::int64_t members = 0;   // other members now (this node not counted)
+  std::int64_t joined = 0;    // members that appeared in the table
+  std::int64_t left = 0;      // members that went (left, lease lapsed, removed)
+  std::int64_t rejoined = 0;  // seen again with a new incarnation (a restart, a lapsed lease)
+  MembershipHealth health;
 };
 
 class PeerTable {
@@ -59,13 +86,23 @@ class PeerTable {
   // `listener` is called with the new member list after every change, for the table's lifetime.
   void Subscribe(Listener listener) KVMESH_EXCLUDES(mu_);
 
+  void SetHealth(MembershipHealth health) KVMESH_EXCLUDES(mu_);
+  [[nodiscard]] PeerTableStats stats() const KVMESH_EXCLUDES(mu_);
+
  private:
+  // Counts and logs one member's change: joined (no `was`), left (no `now`) or rejoined (a new
+  // incarnation); any other change (a UCX address learnt) is not counted.
+  void Note(const PeerInfo* was, const PeerInfo* now) KVMESH_REQUIRES(mu_);
   void Notify() KVMESH_EXCLUDES(mu_);
 
   const std::string self_id_;
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<const PeerInfo>> members_ KVMESH_GUARDED_BY(mu_);
   std::vector<Listener> listeners_ KVMESH_GUARDED_BY(mu_);
+  std::int64_t joined_ KVMESH_GUARDED_BY(mu_) = 0;
+  std::int64_t left_ KVMESH_GUARDED_BY(mu_) = 0;
+  std::int64_t rejoined_ KVMESH_GUARDED_BY(mu_) = 0;
+  MembershipHealth health_ KVMESH_GUARDED_BY(mu_);
 };
 
 }  // namespace kvmesh

@@ -88,6 +88,34 @@ TEST(KvctlRouteTest, TableExplainAndJsonFromTheOtherNode) {
       << r.out;
   EXPECT_NE(r.out.find("route to: a"), std::string::npos) << r.out;
 
+  // kvctl status of B shows the cluster: static membership, both members, B's directory shard.
+  args = {"status"};
+  args.insert(args.end(), node.begin(), node.end());
+  r = RunKvctl(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("cluster     static, 2 members: the member list of the config; peer data "
+                       "path off\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("members     1 joined, 0 left, 0 rejoined"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("directory   "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(StrCat("\nb (this)         127.0.0.1:", pb)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(StrCat("\na                127.0.0.1:", pa)), std::string::npos) << r.out;
+  args.push_back("--json");
+  r = RunKvctl(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json sj = nlohmann::json::parse(r.out)["status"]["cluster"];
+  EXPECT_EQ(sj["membership"], "static");
+  EXPECT_EQ(sj["membership_ok"], true);
+  ASSERT_EQ(sj["members"].size(), 2u);
+  EXPECT_EQ(sj["members"][1]["node_id"], "b");
+  EXPECT_EQ(sj["members"][1]["self"], true);
+  // a's 6 blocks are homed at a or b: the two shards hold all of them.
+  std::int64_t shard_ids = sj["directory_shard_ids"].is_string()
+                               ? std::stoll(sj["directory_shard_ids"].get<std::string>())
+                               : sj["directory_shard_ids"].get<std::int64_t>();
+  EXPECT_LE(shard_ids, 6);
+
   // A prompt nobody holds; and a bad --tokens file.
   args = {"route", "something else entirely, long enough for a block"};
   args.insert(args.end(), node.begin(), node.end());

@@ -152,6 +152,46 @@ TEST(ClusterDirectoryTest, StoredOnALocatedFromCEvictionAndLeaveReachTheDirector
       },
       10s);
   EXPECT_TRUE(left.has_value()) << nodes["c"]->process().Stderr();
+
+  // C's status (kvctl status) tells the same story: etcd membership up, two members (B, and C
+  // itself with its lease as incarnation), A and B joined and A left; its directory shard.
+  Result<rpc::StatusResponse> st = (*c)->GetStatus();
+  ASSERT_TRUE(st.ok()) << st.status();
+  ASSERT_TRUE(st->has_cluster());
+  const rpc::ClusterStatus& cs = st->cluster();
+  EXPECT_EQ(cs.membership(), "etcd");
+  EXPECT_TRUE(cs.membership_ok()) << cs.membership_error();
+  EXPECT_NE(cs.lease(), 0);
+  EXPECT_EQ(cs.joins(), 1);
+  EXPECT_GE(cs.last_view_age_s(), 0.0);
+  EXPECT_LT(cs.last_view_age_s(), 5.0);
+  EXPECT_EQ(cs.members_joined(), 2);
+  EXPECT_EQ(cs.members_left(), 1);
+  EXPECT_EQ(cs.members_rejoined(), 0);
+  EXPECT_FALSE(cs.peer_enabled());
+  ASSERT_EQ(cs.members_size(), 2);
+  EXPECT_EQ(cs.members(0).node_id(), "b");
+  EXPECT_FALSE(cs.members(0).self());
+  EXPECT_NE(cs.members(0).incarnation(), 0u);
+  EXPECT_EQ(cs.members(1).node_id(), "c");
+  EXPECT_TRUE(cs.members(1).self());
+  EXPECT_EQ(cs.members(1).control_address(), nodes["c"]->tcp_address());
+  EXPECT_EQ(cs.members(1).incarnation(), static_cast<std::uint64_t>(cs.lease()));
+  // B's 5 blocks, each homed at B or C: C's shard holds the ones homed at it.
+  EXPECT_LE(cs.directory_shard_ids(), 5);
+  EXPECT_EQ(cs.directory_held_ids(), 0);
+  EXPECT_EQ(cs.directory_events_lost(), 0);
+  // And /metrics.
+  const std::string& maddr = nodes["c"]->metrics_address();
+  ASSERT_FALSE(maddr.empty());
+  const std::optional<std::string> scraped =
+      node_test::HttpGet(std::stoi(maddr.substr(maddr.rfind(':') + 1)), "/metrics");
+  ASSERT_TRUE(scraped.has_value());
+  const std::string& metrics = *scraped;
+  EXPECT_NE(metrics.find("kvmesh_cluster_members 2\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvmesh_cluster_member_changes_total{change=\"left\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("kvmesh_cluster_membership_up 1\n"), std::string::npos);
 }
 
 // Tier copies reach the directory through the holdings' resync (no KV event announces them): A

@@ -80,6 +80,46 @@ TEST(MembershipTest, StaticListFillsTheTableWithoutSelf) {
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(Ids(table), (std::vector<std::string>{"a", "c"}));
   EXPECT_EQ(table.Find("c")->control_address, "127.0.0.1:3");
+  const PeerTableStats st = table.stats();
+  EXPECT_EQ(st.health.kind, "static");
+  EXPECT_TRUE(st.health.ok);
+  EXPECT_TRUE(st.health.last_view.has_value());
+  EXPECT_EQ(st.members, 2);
+  EXPECT_EQ(st.joined, 2);
+  EXPECT_EQ(st.left, 0);
+}
+
+// What kvctl status and /metrics count: a member that appears, one that comes back with a new
+// incarnation (a restarted node, or one whose lease lapsed), a changed address alone (not counted),
+// one that leaves — by Upsert, Remove and a full listing alike.
+TEST(PeerTableTest, CountsJoinsLeavesAndRejoins) {
+  PeerTable t("self");
+  PeerInfo a = Self("a");
+  a.incarnation = 1;
+  t.Upsert(a);
+  t.Upsert(Self("self"));  // this node: ignored
+  EXPECT_EQ(t.stats().joined, 1);
+  a.control_address = "127.0.0.1:9";
+  t.Upsert(a);  // same incarnation
+  EXPECT_EQ(t.stats().rejoined, 0);
+  a.incarnation = 2;
+  t.Upsert(a);
+  EXPECT_EQ(t.stats().rejoined, 1);
+  PeerInfo b = Self("b");
+  t.ReplaceAll({a, b});  // b joins
+  a.incarnation = 3;
+  t.ReplaceAll({a});  // b leaves, a rejoins
+  PeerTableStats st = t.stats();
+  EXPECT_EQ(st.members, 1);
+  EXPECT_EQ(st.joined, 2);
+  EXPECT_EQ(st.left, 1);
+  EXPECT_EQ(st.rejoined, 2);
+  t.Remove("a");
+  t.Remove("a");  // gone already: nothing
+  st = t.stats();
+  EXPECT_EQ(st.members, 0);
+  EXPECT_EQ(st.left, 2);
+  EXPECT_EQ(st.health.kind, "none");  // until a membership reports
 }
 
 class EtcdMembershipTest : public ::testing::Test {
@@ -108,7 +148,7 @@ TEST_F(EtcdMembershipTest, NodesJoinAndLeaveWithoutRestarts) {
   EXPECT_EQ(seen->role, NodeRole::kDecode);
   EXPECT_NE(seen->incarnation, 0u);
 
-  // c joins later: both see it, nobody restarted.
+  // c joins later: both see it, nobody rejoined.
   auto c = Membership::Start(EtcdConfig(etcd_->endpoint()), Self("c"), &tc);
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE((*c)->WaitForFirstView(5s));
@@ -131,6 +171,21 @@ TEST_F(EtcdMembershipTest, NodesJoinAndLeaveWithoutRestarts) {
   (*b)->Stop();
   EXPECT_TRUE(Eventually([&] { return Ids(ta) == std::vector<std::string>{"c"}; }, 2s));
   EXPECT_LT(std::chrono::steady_clock::now() - left, 2s);
+
+  // What a's status says: etcd up, one lease (the incarnation c sees for a), b and c joined, b
+  // left, the list read within the last poll intervals.
+  const PeerTableStats st = ta.stats();
+  EXPECT_EQ(st.health.kind, "etcd");
+  EXPECT_TRUE(st.health.ok) << st.health.error;
+  EXPECT_EQ(st.health.joins, 1);
+  ASSERT_NE(tc.Find("a"), nullptr);
+  EXPECT_EQ(static_cast<std::uint64_t>(st.health.lease), tc.Find("a")->incarnation);
+  ASSERT_TRUE(st.health.last_view.has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - *st.health.last_view, 2s);
+  EXPECT_EQ(st.members, 1);
+  EXPECT_EQ(st.joined, 2);
+  EXPECT_EQ(st.left, 1);
+  EXPECT_EQ(st.rejoined, 0);
 }
 
 TEST_F(EtcdMembershipTest, AMemberWhoseLeaseLapsesIsRemovedWithinTheTtl) {
@@ -163,13 +218,25 @@ TEST_F(EtcdMembershipTest, EtcdDownKeepsTheLastViewAndRecovers) {
   auto a = Membership::Start(EtcdConfig(etcd_->endpoint(), 10), Self("a"), &ta);
   auto b = Membership::Start(EtcdConfig(etcd_->endpoint(), 10), Self("b"), &tb);
   ASSERT_TRUE(Eventually([&] { return Ids(ta) == std::vector<std::string>{"b"}; }, 5s));
+  EXPECT_TRUE(ta.stats().health.ok);
   etcd_->process().Signal(SIGSTOP);  // etcd unreachable (calls time out)
-  std::this_thread::sleep_for(1500ms);
+  // The outage shows in the health that kvctl status and /metrics report.
+  EXPECT_TRUE(Eventually([&] { return !ta.stats().health.ok; }, 5s));
+  std::this_thread::sleep_for(500ms);
   EXPECT_EQ(Ids(ta), std::vector<std::string>{"b"});  // the last view is kept
+  PeerTableStats down = ta.stats();
+  EXPECT_FALSE(down.health.error.empty());
+  EXPECT_GE(down.health.failures, 1);
+  EXPECT_EQ(down.left, 0);
   etcd_->process().Signal(SIGCONT);
   PeerTable tc("c");
   auto c = Membership::Start(EtcdConfig(etcd_->endpoint(), 10), Self("c"), &tc);
   EXPECT_TRUE(Eventually([&] { return Ids(ta) == std::vector<std::string>{"b", "c"}; }, 8s));
+  const PeerTableStats up = ta.stats();
+  EXPECT_TRUE(up.health.ok) << up.health.error;
+  EXPECT_TRUE(up.health.error.empty());
+  EXPECT_GE(up.health.failures, down.health.failures);
+  EXPECT_EQ(up.health.joins, 1);  // a TTL of 10 s outlived the outage: the same lease
 }
 
 }  // namespace
