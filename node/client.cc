@@ -5,10 +5,12 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -202,13 +204,17 @@ Status NodeClient::SendRaw(std::span<const std::byte> bytes) {
 Status NodeClient::WaitReadable(Steady::time_point deadline) {
   // Spin first: a response that comes within spin_wait is read without this thread sleeping and
   // being woken (a wake-up is about 19 us on the VM this was measured on, docs/kvnode.md).
-  if (options_.spin_wait.count() > 0) {
+  // Only within Call, for a kind of call that has been answered within spin_wait (spin_now_).
+  // Between polls the thread yields its core to any other thread ready on it (the node's, when
+  // both run on one core), so a spin costs what would otherwise be idle time.
+  if (spin_now_) {
     const Steady::time_point spin_until = Steady::now() + options_.spin_wait;
     do {
       pollfd p{fd_, POLLIN, 0};
       const int r = ::poll(&p, 1, 0);
       if (r > 0) return Status::Ok();
       if (r < 0 && errno != EINTR) return Errno("poll", errno);
+      ::sched_yield();
     } while (Steady::now() < spin_until);
   }
   for (;;) {
@@ -286,15 +292,33 @@ Result<rpc::Response> NodeClient::Call(rpc::Request request, std::vector<int>* f
   if (request.timeout_ms() == 0) {
     request.set_timeout_ms(static_cast<std::uint32_t>(options_.request_timeout.count()));
   }
+  const int kind = static_cast<int>(request.body_case());
   rpc::Frame f;
   *f.mutable_request() = std::move(request);
   KVMESH_ASSIGN_OR_RETURN(const std::string bytes, EncodeFrame(f, options_.max_frame_size));
   KVMESH_RETURN_IF_ERROR(SendRaw(std::as_bytes(std::span(bytes))));
+  const bool adaptive = options_.spin_wait.count() > 0;
+  std::uint8_t* score =
+      adaptive ? &spin_score_.try_emplace(kind, kSpinScoreStart).first->second : nullptr;
+  spin_now_ = adaptive && *score >= kSpinScoreSpin;
+  spinning_calls_ += spin_now_ ? 1 : 0;
+  const Steady::time_point sent = Steady::now();
   for (;;) {
-    KVMESH_ASSIGN_OR_RETURN(rpc::Frame reply, ReadFrame(fds));
-    if (reply.kind_case() != rpc::Frame::kResponse) continue;
-    rpc::Response& r = *reply.mutable_response();
+    Result<rpc::Frame> reply = ReadFrame(fds);
+    if (!reply.ok()) {
+      spin_now_ = false;
+      return reply.status();
+    }
+    if (reply->kind_case() != rpc::Frame::kResponse) continue;
+    rpc::Response& r = *reply->mutable_response();
     if (r.id() != id && r.id() != 0) continue;  // a stale event batch of an old subscription
+    spin_now_ = false;
+    if (adaptive) {
+      // Learn whether this kind of call is answered within spin_wait (also while not spinning).
+      const bool fast = Steady::now() - sent <= options_.spin_wait;
+      *score = fast ? std::min<std::uint8_t>(kSpinScoreMax, *score + 1)
+                    : static_cast<std::uint8_t>(*score > 0 ? *score - 1 : 0);
+    }
     KVMESH_RETURN_IF_ERROR(StatusFromError(r.error()));
     return std::move(r);
   }

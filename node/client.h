@@ -24,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/result.h"
@@ -43,7 +44,11 @@ struct NodeClientOptions {
   std::chrono::milliseconds request_timeout{30000};
   std::uint32_t max_frame_size = 64u << 20;  // largest response accepted
   // How long a call polls for its response before it sleeps in poll(2) (0: sleeps at once). The
-  // calling thread spins on a core meanwhile; a response within it is read without a wake-up.
+  // calling thread spins on a core meanwhile (yielding it to any other thread ready there); a
+  // response within it is read without a wake-up. Adaptive, per kind of call: a kind whose
+  // recent answers took longer than spin_wait (an Admit that restores from disk) sleeps at once
+  // until its answers come within spin_wait again (a 2-bit counter per kind, updated by every
+  // call, spinning or not).
   std::chrono::microseconds spin_wait{0};
 };
 
@@ -65,6 +70,8 @@ class NodeClient {
   [[nodiscard]] const std::string& node_id() const { return node_id_; }
   [[nodiscard]] std::uint64_t session_id() const { return session_id_; }
   [[nodiscard]] bool connected() const { return fd_ >= 0; }
+  // Calls that spun for their answer (spin_wait > 0 and their kind answered within it lately).
+  [[nodiscard]] std::int64_t spinning_calls() const { return spinning_calls_; }
 
   // One request, one response. `fds` receives descriptors that came with the response (Attach
   // over the Unix socket); the caller owns them. The response's error is returned as a Status.
@@ -138,6 +145,11 @@ class NodeClient {
   std::uint64_t next_id_ = 1;
   FrameDecoder decoder_;
   std::vector<int> pending_fds_;
+  // Adaptive spin_wait: per request body case, 0..3; a call spins when its kind's score is >= 2.
+  static constexpr std::uint8_t kSpinScoreStart = 2, kSpinScoreSpin = 2, kSpinScoreMax = 3;
+  std::unordered_map<int, std::uint8_t> spin_score_;
+  bool spin_now_ = false;  // the call in progress spins (read by WaitReadable)
+  std::int64_t spinning_calls_ = 0;
 };
 
 }  // namespace kvmesh

@@ -41,7 +41,8 @@ struct Flags {
   kvmesh::SyntheticEngineOptions engine;
   bool json = false;
   bool progress = false;
-  std::string decode_socket;  // disaggregated: the decode node
+  std::int64_t spin_wait_us = 0;  // NodeClientOptions::spin_wait
+  std::string decode_socket;      // disaggregated: the decode node
   std::string decode_node_id;
   std::string decode_address;
   std::uint32_t handoff_deadline_ms = 5000;
@@ -188,6 +189,11 @@ int main(int argc, char** argv) {
   app.add_flag("--check-all-layers", f.engine.check_all_layers,
                "check every layer (default: first, middle and last of each pool)");
   app.add_option("--salt", f.engine.salt, "cache salt (tenant) of every request");
+  app.add_option("--spin-wait-us", f.spin_wait_us,
+                 "each call polls for its answer this long before it sleeps (NodeClientOptions::"
+                 "spin_wait; 0: sleeps at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000));
   auto* decode_socket = app.add_option(
       "--decode-socket", f.decode_socket,
       "disaggregated: prefill on --socket, hand off, decode (checked) on this node's socket");
@@ -258,6 +264,7 @@ int main(int argc, char** argv) {
   f.engine.client.address = f.socket;
   f.engine.client.secret = secret->secret;
   f.engine.client.client_name = "kvmesh-synth";
+  f.engine.client.spin_wait = std::chrono::microseconds(f.spin_wait_us);
   if (f.progress) {
     f.engine.progress = [](std::int64_t done, std::int64_t total) {
       if (done == total || done % 16 == 0) {

@@ -101,6 +101,37 @@ TEST_F(ControlServerTest, OneAtATimeRequestsRunInlineWhenAnotherIoThreadIsFree) 
   EXPECT_EQ(s.inflight, 0);
 }
 
+// NodeClientOptions::spin_wait adapts per kind of call: a kind answered after more than spin_wait
+// stops spinning (two slow answers after a fast one), and spins again once two answers came
+// within it (measured while it does not spin).
+TEST_F(ControlServerTest, ClientSpinsOnlyForKindsAnsweredWithinSpinWait) {
+  Start(/*io_threads=*/2);
+  NodeClientOptions o;
+  o.address = socket_;
+  o.secret = kSecret;
+  o.spin_wait = std::chrono::milliseconds(100);  // fast answers come well within it, slow ones not
+  auto connected = NodeClient::Connect(o);
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  NodeClient& c = **connected;
+  const std::vector<Token> fast = {1, 2, 3}, slow = {kSlowToken, 1};
+  ASSERT_TRUE(c.Lookup(fast).ok());
+  EXPECT_EQ(c.spinning_calls(), 1);  // a kind starts out spinning
+  ASSERT_TRUE(c.Lookup(slow).ok());  // spins 100 ms, then sleeps: answered after 600 ms
+  ASSERT_TRUE(c.Lookup(slow).ok());  // spins: one slow answer after a fast one
+  ASSERT_TRUE(c.Lookup(slow).ok());  // no spin: two slow answers in a row
+  EXPECT_EQ(c.spinning_calls(), 3);
+  ASSERT_TRUE(c.Lookup(fast).ok());  // no spin, but answered fast
+  ASSERT_TRUE(c.Lookup(fast).ok());  // no spin; now two fast answers
+  EXPECT_EQ(c.spinning_calls(), 3);
+  ASSERT_TRUE(c.Lookup(fast).ok());  // spins again
+  EXPECT_EQ(c.spinning_calls(), 4);
+  // Without spin_wait nothing spins.
+  auto plain = Connect();
+  ASSERT_NE(plain, nullptr);
+  Lookups(*plain, 3);
+  EXPECT_EQ(plain->spinning_calls(), 0);
+}
+
 TEST_F(ControlServerTest, OneIoThreadRunsNothingInline) {
   Start(/*io_threads=*/1);
   auto c = Connect();
