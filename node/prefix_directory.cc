@@ -54,15 +54,19 @@ class PeerDirectoryTransport final : public DirectoryTransport {
   struct Connection {
     std::mutex mu;
     std::string address;
+    std::uint64_t incarnation = 0;
     std::unique_ptr<NodeClient> client;  // guarded by mu
   };
 
+  // A home that moved or restarted (a new incarnation) gets a new connection: the one to its old
+  // process would fail the first call after the restart.
   std::shared_ptr<Connection> ConnectionTo(const PeerInfo& home) {
     std::lock_guard lock(mu_);
     std::shared_ptr<Connection>& c = connections_[home.node_id];
-    if (c == nullptr || c->address != home.control_address) {
+    if (c == nullptr || c->address != home.control_address || c->incarnation != home.incarnation) {
       c = std::make_shared<Connection>();
       c->address = home.control_address;
+      c->incarnation = home.incarnation;
     }
     return c;
   }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/strings.h"
+#include "node/prefix_directory.h"
 #include "tests/node/etcd_process.h"
 #include "tests/node/node_process.h"
 
@@ -256,6 +257,51 @@ TEST(ClusterDirectoryTest, HostTierCopiesReachTheDirectoryThroughTheResync) {
             1);
   EXPECT_EQ(node_test::MetricValue(*body, "kvmesh_directory_resyncs_total{cause=\"lost_events\"}"),
             0);
+}
+
+// A home that restarts (a new incarnation at the same address) is sent its next update on a new
+// connection: the first update after the restart does not fail on the old process's connection.
+TEST(ClusterDirectoryTest, AnUpdateToARestartedHomeGoesThroughTheFirstTime) {
+  ScratchDir dir;
+  const int port = node_test::FreeLoopbackPort();
+  std::string y = node_test::TestConfig(
+      dir.path() / "b", 4096, "", "",
+      StrCat("cluster:\n  membership: static\n  peers:\n    - {node_id: a, address: "
+             "\"127.0.0.1:1\"}\n    - {node_id: b, address: \"127.0.0.1:",
+             port, "\"}\n"));
+  const auto replace = [&y](const std::string& from, const std::string& to) {
+    y.replace(y.find(from), from.size(), to);
+  };
+  replace("node_id: test-node", "node_id: b");
+  replace("tcp_listen: 127.0.0.1:0", StrCat("tcp_listen: 127.0.0.1:", port));
+  std::filesystem::create_directories(dir.path() / "b");
+  auto b = KvnodeProcess::Start(dir.path() / "b", y);
+  ASSERT_TRUE(b.ok()) << b.status();
+
+  // A as a holder: its updates for ids homed at B.
+  std::unique_ptr<DirectoryTransport> transport =
+      MakePeerDirectoryTransport("a", node_test::kTestSecret);
+  PeerInfo home;
+  home.node_id = "b";
+  home.control_address = (*b)->tcp_address();
+  home.incarnation = 1;
+  rpc::DirectoryUpdateRequest update;
+  update.set_node_id("a");
+  rpc::DirectoryEntry* e = update.add_entries();
+  e->set_content_id(std::string(16, '\x01'));
+  e->set_tier(0);
+  ASSERT_TRUE(transport->Update(home, update, 5s).ok());
+
+  ASSERT_TRUE((*b)->Terminate().has_value());
+  b->reset();
+  b = KvnodeProcess::Start(dir.path() / "b", y);
+  ASSERT_TRUE(b.ok()) << b.status();
+  home.incarnation = 2;
+  const Status again = transport->Update(home, update, 5s);
+  EXPECT_TRUE(again.ok()) << again;
+  Result<rpc::StatusResponse> st = (*(*b)->Connect())->GetStatus();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->cluster().directory_shard_ids(), 1);
 }
 
 }  // namespace
