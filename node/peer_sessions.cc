@@ -18,11 +18,12 @@ WorkerAddress AddressOf(const std::string& bytes) {
 
 }  // namespace
 
-PeerLink::PeerLink(std::string node_id, PeerId id, std::string address,
+PeerLink::PeerLink(std::string node_id, PeerId id, std::string address, std::uint64_t incarnation,
                    std::unique_ptr<NodeClient> client)
     : node_id_(std::move(node_id)),
       id_(id),
       address_(std::move(address)),
+      incarnation_(incarnation),
       client_(std::move(client)) {}
 
 Result<rpc::Response> PeerLink::Call(rpc::Request request) {
@@ -153,8 +154,11 @@ Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id)
   {
     MutexLock lock(&mu_);
     auto it = links_.find(node_id);
+    // Not a link to a peer that moved or restarted since (a new incarnation at the same address):
+    // its first call would fail on the old process's session.
     if (it != links_.end() && !it->second->broken() &&
-        it->second->address() == info->control_address) {
+        it->second->address() == info->control_address &&
+        it->second->incarnation() == info->incarnation) {
       return it->second;
     }
   }
@@ -199,7 +203,8 @@ Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id)
     ++stats_.link_failures;
     return st;
   }
-  auto link = std::make_shared<PeerLink>(node_id, id, o.address, std::move(client).value());
+  auto link = std::make_shared<PeerLink>(node_id, id, o.address, info->incarnation,
+                                         std::move(client).value());
   links_[node_id] = link;
   ++stats_.links_opened;
   KVMESH_LOG_INFO("peer link opened peer {} address {} peer_id {}", node_id, o.address, id.value);

@@ -80,10 +80,13 @@ struct PeerSessionStats {
 // One authenticated control-plane session to a peer, after the hello.
 class PeerLink {
  public:
-  PeerLink(std::string node_id, PeerId id, std::string address, std::unique_ptr<NodeClient> client);
+  // `incarnation`: the member's as the table had it when the link opened (its etcd lease).
+  PeerLink(std::string node_id, PeerId id, std::string address, std::uint64_t incarnation,
+           std::unique_ptr<NodeClient> client);
   [[nodiscard]] const std::string& node_id() const { return node_id_; }
   [[nodiscard]] PeerId id() const { return id_; }
   [[nodiscard]] const std::string& address() const { return address_; }
+  [[nodiscard]] std::uint64_t incarnation() const { return incarnation_; }
   // One request and its response. kPeerUnreachable when the link broke (it stays broken).
   Result<rpc::Response> Call(rpc::Request request) KVMESH_EXCLUDES(mu_);
   [[nodiscard]] bool broken() const KVMESH_EXCLUDES(mu_);
@@ -92,6 +95,7 @@ class PeerLink {
   const std::string node_id_;
   const PeerId id_;
   const std::string address_;
+  const std::uint64_t incarnation_;
   mutable Mutex mu_;
   std::unique_ptr<NodeClient> client_ KVMESH_GUARDED_BY(mu_);
 };

@@ -18,12 +18,14 @@
 #include <string>
 #include <thread>
 
+#include "common/strings.h"
 #include "node/control_server.h"
 #include "node/node.h"
 #include "node/node_config.h"
 #include "node/peer_service.h"
 #include "node/remote_fetch.h"
 #include "node/synthetic_engine.h"
+#include "tests/node/loopback_port.h"
 #include "tests/node/lying_holder.h"
 #include "tests/node/node_process.h"
 #include "tests/node/peer_node_util.h"
@@ -259,6 +261,42 @@ TEST(PeerFetchTest, HolderKilledMidFetchIsAMissWithinTheDeadlineAndComesBack) {
   ASSERT_EQ(RunOn((*a2)->unix_socket(), requests).check_failures, 0);
   b->peers()->Upsert({.node_id = "node-a", .control_address = (*a2)->tcp_address()});
   const SyntheticWorkloadStats on_b = RunOn(b->unix_socket(), requests);
+  EXPECT_EQ(on_b.remote_hit_blocks, 7);
+  EXPECT_EQ(on_b.check_failures, 0) << on_b.first_error;
+  EXPECT_EQ(PinnedBlocks(*b), 0);
+  b->Shutdown();
+}
+
+// The holder restarts at the same address (SIGTERM, a new process on the same port, a new
+// incarnation in the member table, as etcd membership gives it): B's first fetch after that goes
+// over a new link, not the old process's session, and every block arrives.
+TEST(PeerFetchTest, HolderRestartedAtTheSameAddressServesTheFirstFetchAfter) {
+  ScratchDir dir;
+  const int port = node_test::FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  std::string yaml = PeerConfig(dir.path() / "a", "node-a");
+  const std::string any = "tcp_listen: 127.0.0.1:0";
+  yaml.replace(yaml.find(any), any.size(), StrCat("tcp_listen: 127.0.0.1:", port));
+  std::filesystem::create_directories(dir.path() / "a");
+  auto a = KvnodeProcess::Start(dir.path() / "a", yaml);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const auto first = Prompt(5000, 8);
+  ASSERT_EQ(RunOn((*a)->unix_socket(), first).check_failures, 0);
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b");
+  ASSERT_NE(b, nullptr);
+  b->peers()->Upsert(
+      {.node_id = "node-a", .control_address = (*a)->tcp_address(), .incarnation = 1});
+  EXPECT_EQ(RunOn(b->unix_socket(), first).remote_hit_blocks, 7);  // the link is open now
+
+  ASSERT_TRUE((*a)->Terminate().has_value());
+  a->reset();
+  a = KvnodeProcess::Start(dir.path() / "a", yaml);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const auto second = Prompt(6000, 8);
+  ASSERT_EQ(RunOn((*a)->unix_socket(), second).check_failures, 0);
+  b->peers()->Upsert(
+      {.node_id = "node-a", .control_address = (*a)->tcp_address(), .incarnation = 2});
+  const SyntheticWorkloadStats on_b = RunOn(b->unix_socket(), second);
   EXPECT_EQ(on_b.remote_hit_blocks, 7);
   EXPECT_EQ(on_b.check_failures, 0) << on_b.first_error;
   EXPECT_EQ(PinnedBlocks(*b), 0);
