@@ -210,35 +210,43 @@ TEST_F(KvnodeBadInputTest, AClientThatStopsMidFrameIsDropped) {
   ExpectServing();
 }
 
+// Whether a pipelined burst reaches the limit is a race between the node's io thread reading
+// frames and its worker running them (about ten times slower per frame): a loaded machine can
+// deschedule the reader until the worker has caught up (a whole-suite `ctest -j2` run once saw
+// no refusal in 64). So up to three bursts, each checked, and a refusal asked of any of them.
 TEST_F(KvnodeBadInputTest, TooManyRequestsInFlightAreRefusedNotQueued) {
   auto client = node_->Connect();
   ASSERT_TRUE(client.ok());
-  // 64 lookups of a 16k-token prompt in one write: at most 4 may be in flight at once.
-  std::string bytes;
   std::vector<Token> prompt(16384, 11);
-  for (std::uint64_t id = 1; id <= 64; ++id) {
-    rpc::Frame f;
-    f.mutable_request()->set_id(id);
-    f.mutable_request()->mutable_lookup()->mutable_tokens()->Add(prompt.begin(), prompt.end());
-    bytes += *EncodeFrame(f, 4 << 20);
-  }
-  ASSERT_TRUE((*client)->SendRaw(std::as_bytes(std::span(bytes))).ok());
-  int answered = 0;
-  int refused = 0;
-  while (answered < 64) {
-    auto r = (*client)->ReadFrame();
-    ASSERT_TRUE(r.ok()) << r.status();
-    ++answered;
-    if (StatusFromError(r->response().error()).IsResourceExhausted()) {
-      ++refused;
-      EXPECT_THAT(r->response().error().message(), HasSubstr("limit 4"));
+  int refused_total = 0;
+  for (int burst = 0; burst < 3 && refused_total == 0; ++burst) {
+    // 64 lookups of a 16k-token prompt in one write: at most 4 may be in flight at once.
+    std::string bytes;
+    for (std::uint64_t id = 1; id <= 64; ++id) {
+      rpc::Frame f;
+      f.mutable_request()->set_id(1000 * burst + id);
+      f.mutable_request()->mutable_lookup()->mutable_tokens()->Add(prompt.begin(), prompt.end());
+      bytes += *EncodeFrame(f, 4 << 20);
     }
+    ASSERT_TRUE((*client)->SendRaw(std::as_bytes(std::span(bytes))).ok());
+    int answered = 0;
+    int refused = 0;
+    while (answered < 64) {
+      auto r = (*client)->ReadFrame();
+      ASSERT_TRUE(r.ok()) << r.status();
+      ++answered;
+      if (StatusFromError(r->response().error()).IsResourceExhausted()) {
+        ++refused;
+        EXPECT_THAT(r->response().error().message(), HasSubstr("limit 4"));
+      }
+    }
+    EXPECT_LT(refused, 64);  // the first of a burst always runs
+    refused_total += refused;
   }
-  EXPECT_GT(refused, 0);
-  EXPECT_LT(refused, 64);
+  EXPECT_GT(refused_total, 0);
   auto s = (*client)->GetStatus();
   ASSERT_TRUE(s.ok());
-  EXPECT_GE(s->requests_rejected(), refused);
+  EXPECT_GE(s->requests_rejected(), refused_total);
 }
 
 TEST_F(KvnodeBadInputTest, AFloodOfConnectionsIsBoundedAndLeavesNothingBehind) {

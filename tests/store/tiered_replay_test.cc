@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "tests/store/store_test_util.h"
@@ -68,8 +69,10 @@ TEST(TieredReplayTest, HandCheckedFourRequests) {
 
 // Long enough that some spilled blocks reach RocksDB before they are asked for again also on a
 // loaded machine: until the spill thread has written a block it is found in the spill staging (a
-// host hit). With 60 conversations (46 ms) and the replay thread doing offload copies itself
-// (HelpMoveOut), a run beside another test saw no disk hit 2 times in 20.
+// host hit). How far the spill thread lags is the machine's to decide: with 60 conversations a run
+// beside another test saw no disk hit 2 times in 20, and with 200 a whole-suite `ctest -j2` run
+// saw none once. So the replay runs up to three times, each run checked in full, and a disk hit is
+// asked of any of them (a tier that never serves a restore from RocksDB still fails).
 TEST(TieredReplayTest, SyntheticTraceThroughHostAndDiskWithAsyncCopies) {
   SyntheticTraceOptions g;
   g.conversations = 200;
@@ -96,24 +99,29 @@ TEST(TieredReplayTest, SyntheticTraceThroughHostAndDiskWithAsyncCopies) {
   tiers.host_blocks = 40;
   tiers.disk_blocks = 100000;
   tiers.copy_threads = 2;
-  auto r = ReplayTraceWithTiers(*trace, config, tiers);
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const TieredReplayStats& s = r->tiers;
-  EXPECT_EQ(s.mismatched_blocks, 0);
-  EXPECT_EQ(s.verified_blocks, r->replay.restored_blocks);
-  EXPECT_EQ(s.host_hit_blocks + s.disk_hit_blocks, r->replay.restored_blocks);
-  EXPECT_GT(s.host_hit_blocks, 0);
-  EXPECT_GT(s.disk_hit_blocks, 0);
-  EXPECT_GT(s.offload.spill.blocks, 0);
-  EXPECT_EQ(s.offload.onboard_corrupt, 0);
-  // The tiers add hits; none can exceed what an unlimited pool gets.
-  EXPECT_GT(r->replay.hit_rate_with_tiers(), alone->hit_rate());
-  EXPECT_LE(r->replay.hit_rate_with_tiers(), unlimited->hit_rate());
-  // The tail blocks (priority 10, below the threshold 35) are never offloaded.
-  EXPECT_GT(s.offload.skipped_priority, 0);
-  ASSERT_FALSE(s.disk_path.empty());
-  EXPECT_FALSE(s.disk_kept);
-  EXPECT_FALSE(std::filesystem::exists(s.disk_path));  // the temporary directory is gone
+  std::int64_t disk_hits = 0;
+  for (int run = 0; run < 3 && disk_hits == 0; ++run) {
+    auto r = ReplayTraceWithTiers(*trace, config, tiers);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    const TieredReplayStats& s = r->tiers;
+    EXPECT_EQ(s.mismatched_blocks, 0);
+    EXPECT_EQ(s.verified_blocks, r->replay.restored_blocks);
+    EXPECT_EQ(s.host_hit_blocks + s.disk_hit_blocks, r->replay.restored_blocks);
+    EXPECT_GT(s.host_hit_blocks, 0);
+    EXPECT_GT(s.offload.spill.blocks, 0);
+    EXPECT_EQ(s.offload.onboard_corrupt, 0);
+    // The tiers add hits; none can exceed what an unlimited pool gets.
+    EXPECT_GT(r->replay.hit_rate_with_tiers(), alone->hit_rate());
+    EXPECT_LE(r->replay.hit_rate_with_tiers(), unlimited->hit_rate());
+    // The tail blocks (priority 10, below the threshold 35) are never offloaded.
+    EXPECT_GT(s.offload.skipped_priority, 0);
+    ASSERT_FALSE(s.disk_path.empty());
+    EXPECT_FALSE(s.disk_kept);
+    EXPECT_FALSE(std::filesystem::exists(s.disk_path));  // the temporary directory is gone
+    disk_hits = s.disk_hit_blocks;
+    if (disk_hits == 0) std::printf("run %d: no disk hit (the spill thread lagged)\n", run + 1);
+  }
+  EXPECT_GT(disk_hits, 0);
 }
 
 TEST(TieredReplayTest, ArgumentsAndGeometry) {
