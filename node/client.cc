@@ -292,6 +292,7 @@ Result<rpc::Response> NodeClient::Call(rpc::Request request, std::vector<int>* f
   if (request.timeout_ms() == 0) {
     request.set_timeout_ms(static_cast<std::uint32_t>(options_.request_timeout.count()));
   }
+  const std::chrono::milliseconds timeout(request.timeout_ms());
   const int kind = static_cast<int>(request.body_case());
   rpc::Frame f;
   *f.mutable_request() = std::move(request);
@@ -303,8 +304,12 @@ Result<rpc::Response> NodeClient::Call(rpc::Request request, std::vector<int>* f
   spin_now_ = adaptive && *score >= kSpinScoreSpin;
   spinning_calls_ += spin_now_ ? 1 : 0;
   const Steady::time_point sent = Steady::now();
+  // The wait is the request's own timeout (a handoff's or a fetch's deadline, which may be longer
+  // or shorter than request_timeout), plus a grace for the node's answer at that deadline to
+  // arrive.
+  const Steady::time_point wait_until = sent + timeout + kAnswerGrace;
   for (;;) {
-    Result<rpc::Frame> reply = ReadFrame(fds);
+    Result<rpc::Frame> reply = ReadFrameUntil(wait_until, fds, /*disconnect_on_timeout=*/true);
     if (!reply.ok()) {
       spin_now_ = false;
       return reply.status();

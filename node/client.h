@@ -11,8 +11,9 @@
 // Errors: the node's Status for a refused request (its code and message, e.g. kResourceExhausted
 // when the node's in-flight limits are reached, kNotFound for an unknown request id);
 // kPermissionDenied when the secret is wrong; kPeerUnreachable when the node cannot be reached,
-// closes the connection or is shutting down; kTimedOut when no response came within request_timeout
-// (the connection is then closed: a late response could not be matched). After a transport error
+// closes the connection or is shutting down; kTimedOut when no response came within the request's
+// timeout_ms (request_timeout when it sets none) and a short grace (the connection is then closed:
+// a late response could not be matched). After a transport error
 // every call returns kPeerUnreachable; connect again.
 //
 // Thread safety: externally synchronised (one caller at a time).
@@ -147,6 +148,8 @@ class NodeClient {
   std::vector<int> pending_fds_;
   // Adaptive spin_wait: per request body case, 0..3; a call spins when its kind's score is >= 2.
   static constexpr std::uint8_t kSpinScoreStart = 2, kSpinScoreSpin = 2, kSpinScoreMax = 3;
+  // How long past a request's timeout_ms Call still waits for the node's answer at that deadline.
+  static constexpr std::chrono::milliseconds kAnswerGrace{250};
   std::unordered_map<int, std::uint8_t> spin_score_;
   bool spin_now_ = false;  // the call in progress spins (read by WaitReadable)
   std::int64_t spinning_calls_ = 0;

@@ -132,6 +132,30 @@ TEST_F(ControlServerTest, ClientSpinsOnlyForKindsAnsweredWithinSpinWait) {
   EXPECT_EQ(plain->spinning_calls(), 0);
 }
 
+// A request's own timeout_ms governs how long the client waits, not the client's request_timeout:
+// a peer link's client has the short fetch deadline as its request_timeout, and a handoff sent on
+// it with a longer deadline was given up at the fetch deadline (seen under ASan on a veth pair).
+TEST_F(ControlServerTest, TheClientWaitsForTheRequestsOwnTimeout) {
+  Start(/*io_threads=*/2);
+  NodeClientOptions o;
+  o.address = socket_;
+  o.secret = kSecret;
+  o.request_timeout = kSlow / 3;  // the slow Lookup takes three times this
+  auto connected = NodeClient::Connect(o);
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  rpc::Request slow;
+  slow.mutable_lookup()->add_tokens(static_cast<std::int32_t>(kSlowToken));
+  slow.set_timeout_ms(static_cast<std::uint32_t>((4 * kSlow).count()));
+  Result<rpc::Response> r = (*connected)->Call(slow);
+  EXPECT_TRUE(r.ok()) << r.status();
+  // Without a timeout of its own the request gets request_timeout (and a short grace).
+  auto again = NodeClient::Connect(o);
+  ASSERT_TRUE(again.ok()) << again.status();
+  slow.clear_timeout_ms();
+  r = (*again)->Call(slow);
+  EXPECT_EQ(r.status().code(), StatusCode::kTimedOut) << r.status();
+}
+
 TEST_F(ControlServerTest, OneIoThreadRunsNothingInline) {
   Start(/*io_threads=*/1);
   auto c = Connect();
