@@ -128,12 +128,14 @@ Result<std::unique_ptr<NodeClient>> NodeClient::Connect(const NodeClientOptions&
   KVMESH_ASSIGN_OR_RETURN(const int fd, OpenSocket(options.address, deadline, &local));
   std::unique_ptr<NodeClient> c(new NodeClient(fd, options));
   c->local_ = local;
-  KVMESH_RETURN_IF_ERROR(c->Handshake());
+  KVMESH_RETURN_IF_ERROR(c->Handshake(deadline));
   return c;
 }
 
-Status NodeClient::Handshake() {
-  KVMESH_ASSIGN_OR_RETURN(rpc::Frame hello, ReadFrame());
+Status NodeClient::Handshake(Steady::time_point deadline) {
+  Result<rpc::Frame> first = ReadFrameUntil(deadline, nullptr, /*disconnect_on_timeout=*/true);
+  if (!first.ok()) return first.status().WithContext("waiting for the node's Hello");
+  rpc::Frame& hello = *first;
   if (hello.kind_case() == rpc::Frame::kAuthResult) {  // refused before the handshake
     return StatusFromError(hello.auth_result().error());
   }
@@ -152,7 +154,7 @@ Status NodeClient::Handshake() {
                        options_.client_name, static_cast<std::uint32_t>(options_.role)));
   KVMESH_ASSIGN_OR_RETURN(const std::string bytes, EncodeFrame(auth, kHandshakeMaxFrameBytes));
   KVMESH_RETURN_IF_ERROR(SendRaw(std::as_bytes(std::span(bytes))));
-  Result<rpc::Frame> reply = ReadFrame();
+  Result<rpc::Frame> reply = ReadFrameUntil(deadline, nullptr, /*disconnect_on_timeout=*/true);
   if (!reply.ok()) {
     return Status::PermissionDenied(StrCat("the node closed the connection during the handshake (",
                                            reply.status().message(), "): is the secret right?"));

@@ -41,7 +41,7 @@ struct NodeClientOptions {
   std::string secret;
   std::string client_name = "kvmesh-client";
   rpc::ClientRole role = rpc::CLIENT_ROLE_ENGINE;
-  std::chrono::milliseconds connect_timeout{5000};
+  std::chrono::milliseconds connect_timeout{5000};  // connecting and the handshake
   std::chrono::milliseconds request_timeout{30000};
   std::uint32_t max_frame_size = 64u << 20;  // largest response accepted
   // How long a call polls for its response before it sleeps in poll(2) (0: sleeps at once). The
@@ -125,7 +125,8 @@ class NodeClient {
 
  private:
   NodeClient(int fd, NodeClientOptions options);
-  Status Handshake();
+  // Hello, AuthRequest, AuthResult, all before `deadline` (the connect deadline).
+  Status Handshake(std::chrono::steady_clock::time_point deadline);
   // HandOffTo, or HandOffStream of `stream_request`: one HandOffToRequest.
   Result<rpc::HandoffResponse> HandOff(const std::string& to_node_id, const std::string& to_address,
                                        std::span<const Token> tokens,

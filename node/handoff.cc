@@ -70,7 +70,7 @@ Result<HandoffResult> HandoffSender::HandOff(const std::string& to, std::span<co
   if (deadline.count() <= 0) return Status::InvalidArgument("handoff: deadline must be positive");
   const auto until = std::chrono::steady_clock::now() + deadline;
   // The handshake first: no block is named to a node of another namespace or geometry.
-  KVMESH_ASSIGN_OR_RETURN(std::shared_ptr<PeerLink> link, sessions_->Link(to));
+  KVMESH_ASSIGN_OR_RETURN(std::shared_ptr<PeerLink> link, sessions_->Link(to, deadline));
   BlockManager& m = cache_->manager();
   KVMESH_ASSIGN_OR_RETURN(const RestorePlan plan, m.PlanRestore(prompt, options));
   HandoffResult out;
@@ -165,7 +165,7 @@ Status HandoffReceiver::Handle(const SessionInfo& session, const rpc::HandoffReq
   const std::int64_t had = plan.pool_blocks + cache_->engine().CountHeld(rest);
   SenderLocator locator(from);
   // Link first: the hello says whether the sender's pools are in the other order.
-  KVMESH_RETURN_IF_ERROR(sessions_->Link(from).status());
+  KVMESH_RETURN_IF_ERROR(sessions_->Link(from, Left(until)).status());
   const bool convert = sessions_->OtherOrder(from);
   Conversion conversion;
   std::vector<ContentId> sender_ids;

@@ -112,7 +112,7 @@ Result<HandoffResult> HandoffSender::HandOffStream(
     RequestId request, std::chrono::milliseconds deadline, std::uint64_t owner) {
   if (deadline.count() <= 0) return Status::InvalidArgument("handoff: deadline must be positive");
   const Steady::time_point until = Steady::now() + deadline;
-  KVMESH_ASSIGN_OR_RETURN(std::shared_ptr<PeerLink> link, sessions_->Link(to));
+  KVMESH_ASSIGN_OR_RETURN(std::shared_ptr<PeerLink> link, sessions_->Link(to, deadline));
   BlockManager& m = cache_->manager();
   KVMESH_ASSIGN_OR_RETURN(const RestorePlan plan, m.PlanRestore(prompt, options));
   KVMESH_ASSIGN_OR_RETURN(const std::vector<BlockTable> tables, m.GetBlockTables(request));

@@ -148,7 +148,8 @@ Result<bool> PeerSessions::CheckCompatible(
   return Status::FailedPrecondition(StrCat(what, ": its pools have another geometry"));
 }
 
-Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id) {
+Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id,
+                                                     std::chrono::milliseconds within) {
   const std::shared_ptr<const PeerInfo> info = peers_->Find(node_id);
   if (info == nullptr) return Status::NotFound(StrCat("peer ", node_id, " is not a member"));
   {
@@ -168,7 +169,7 @@ Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id)
   o.secret = options_.secret;
   o.client_name = options_.self_id;
   o.role = rpc::CLIENT_ROLE_PEER;
-  o.connect_timeout = options_.connect_timeout;
+  o.connect_timeout = within.count() > 0 ? within : options_.connect_timeout;
   o.request_timeout = options_.request_timeout;
   const auto fail = [&](Status st) {
     MutexLock lock(&mu_);
@@ -185,6 +186,7 @@ Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id)
   }
   rpc::Request req;
   FillHello(req.mutable_peer_hello());
+  if (within.count() > 0) req.set_timeout_ms(static_cast<std::uint32_t>(within.count()));
   Result<rpc::Response> r = (*client)->Call(std::move(req));
   if (!r.ok()) return fail(r.status().WithContext("peer hello"));
   const rpc::PeerHelloResponse& h = r->peer_hello();

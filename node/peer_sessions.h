@@ -119,8 +119,12 @@ class PeerSessions {
 
   // A live link to `node_id` (connecting and saying hello when there is none or it broke).
   // kNotFound: not in the peer table; kPeerUnreachable / kPermissionDenied / kTimedOut: connect,
-  // handshake or hello failed; kFailedPrecondition: another namespace or geometry.
-  Result<std::shared_ptr<PeerLink>> Link(const std::string& node_id) KVMESH_EXCLUDES(mu_);
+  // handshake or hello failed; kFailedPrecondition: another namespace or geometry. Connecting,
+  // the handshake and the hello each have `within` when it is positive (a handoff's time left,
+  // which may be longer than a fetch's), else the options' connect_timeout and request_timeout.
+  Result<std::shared_ptr<PeerLink>> Link(const std::string& node_id,
+                                         std::chrono::milliseconds within = {})
+      KVMESH_EXCLUDES(mu_);
   // Drops the link and forgets the engine connection (the next Link connects both again).
   void MarkFailed(const std::string& node_id) KVMESH_EXCLUDES(mu_);
 

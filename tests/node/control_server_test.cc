@@ -4,7 +4,10 @@
 // from being served; with one io thread nothing runs inline. A handler of its own (no node).
 #include "node/control_server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +15,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/strings.h"
 #include "node/client.h"
 #include "node/frame.h"
 
@@ -62,6 +66,7 @@ class ControlServerTest : public ::testing::Test {
     o.io_threads = io_threads;
     o.worker_threads = 2;
     o.busy_poll = busy_poll;
+    o.tcp_listen = "127.0.0.1:0";
     socket_ = o.unix_socket;
     auto s = ControlServer::Start(o, &handler_);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -71,9 +76,10 @@ class ControlServerTest : public ::testing::Test {
     server_.reset();
     std::filesystem::remove(socket_);
   }
-  std::unique_ptr<NodeClient> Connect() {
+  // On the Unix socket, or on TCP when `tcp`.
+  std::unique_ptr<NodeClient> Connect(bool tcp = false) {
     NodeClientOptions o;
-    o.address = socket_;
+    o.address = tcp ? server_->tcp_address() : socket_;
     o.secret = kSecret;
     o.request_timeout = std::chrono::seconds(20);
     auto c = NodeClient::Connect(o);
@@ -248,6 +254,27 @@ TEST_F(ControlServerTest, ALongInlineRequestLeavesAnIoThreadForTheOthers) {
   EXPECT_EQ(s.requests_total, 6);
 }
 
+// A connection opened while a long request runs inline is accepted and served at once (a peer
+// that connects back while this node waits on it inline: a handoff's receiver fetching).
+TEST_F(ControlServerTest, ANewConnectionIsServedWhileALongRequestRunsInline) {
+  Start(/*io_threads=*/2);
+  auto slow = Connect();
+  ASSERT_NE(slow, nullptr);
+  std::thread t([&] {
+    const std::vector<Token> tokens = {kSlowToken};
+    EXPECT_TRUE(slow->Lookup(tokens).ok());
+  });
+  while (!handler_.slow_started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto start = Steady::now();
+  auto fresh = Connect(/*tcp=*/true);
+  ASSERT_NE(fresh, nullptr);
+  const std::vector<Token> tokens = {1};
+  ASSERT_TRUE(fresh->Lookup(tokens).ok());
+  const auto took = Steady::now() - start;
+  t.join();
+  EXPECT_LT(took, kSlow / 2) << "the new connection waited for the slow request";
+}
+
 // A client that writes many requests at once gets every answer, in order: inline, the next frame
 // is read after the answer to the one before was written; pooled, the worker strand keeps order.
 TEST_F(ControlServerTest, PipelinedRequestsAreAnsweredInOrder) {
@@ -345,6 +372,32 @@ TEST_F(ControlServerTest, AFrameStoppedMidwayIsDroppedAtTheFrameDeadline) {
   EXPECT_FALSE(r.ok());
   EXPECT_GE(after, kFrame - std::chrono::milliseconds(50));
   EXPECT_LT(after, std::chrono::seconds(5)) << "dropped only at the idle deadline";
+}
+
+// connect_timeout covers the handshake: a listener that accepts and never says Hello fails the
+// connect at connect_timeout, not at request_timeout.
+TEST(NodeClientTest, AHandshakeThatNeverComesFailsAtTheConnectTimeout) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);  // the kernel completes the connect; nobody answers
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  NodeClientOptions o;
+  o.address = StrCat("127.0.0.1:", ntohs(a.sin_port));
+  o.secret = kSecret;
+  o.connect_timeout = std::chrono::milliseconds(300);
+  o.request_timeout = std::chrono::seconds(30);
+  const Steady::time_point start = Steady::now();
+  Result<std::unique_ptr<NodeClient>> c = NodeClient::Connect(o);
+  const auto took = Steady::now() - start;
+  ::close(listener);
+  EXPECT_EQ(c.status().code(), StatusCode::kTimedOut) << c.status();
+  EXPECT_NE(c.status().message().find("Hello"), std::string::npos) << c.status();
+  EXPECT_LT(took, std::chrono::seconds(10)) << "waited for request_timeout";
 }
 
 }  // namespace

@@ -198,7 +198,9 @@ TEST_F(NetnsClusterTest, HandoffFromAInHndToBInNhdAcrossTheVethPair) {
   Result<rpc::HandoffResponse> r =
       (*a)->HandOffTo("node-b", StrCat(NamespacePair::address(1), ":", kControlPort),
                       TraceTokens(requests[0], kBlockTokens));
-  ASSERT_TRUE(r.ok()) << r.status() << nodes_[0]->process().Stderr();
+  ASSERT_TRUE(r.ok()) << r.status() << "\nnode-a:\n"
+                      << nodes_[0]->process().Stderr() << "\nnode-b:\n"
+                      << nodes_[1]->process().Stderr();
   EXPECT_EQ(r->wanted_blocks(), 11);
   EXPECT_EQ(r->moved_blocks(), 11);
   const SyntheticWorkloadStats on_b = RunOn(nodes_[1]->unix_socket(), requests);
