@@ -22,7 +22,9 @@
 //   closed     After the last in-flight request of the connection finished, the handler's
 //              CloseSession runs (it releases every sequence and pin the connection held).
 // Connections beyond max_connections get AuthResult{resource_exhausted} and are closed.
-// Every handler of a session runs on its strand (one per session on the I/O context). Requests run
+// Every handler of a session runs on its strand (one per session on the I/O context); its first one
+// is posted, so the acceptor's handler never runs a session's work (a request run inline there
+// would keep every new connection waiting until it finished). Requests run
 // on the worker pool (a strand per session over it), except one case: a request that arrives when
 // nothing else of its connection is in flight runs inline, on the io thread that read it, if at
 // most io_threads - 2 other io threads are doing so — so at least one io thread is always free to

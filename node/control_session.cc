@@ -47,8 +47,14 @@ class Session : public std::enable_shared_from_this<Session> {
 
   [[nodiscard]] std::uint64_t id() const { return id_; }
 
+  // Posted, never dispatched: the session's first handler must not run inside the accept handler.
+  // From SendHello on, a session reads what has already arrived and runs it at once (ReadHeader's
+  // ReadNow), the handshake and then requests inline; nested in the accept handler, a request
+  // that arrived that early (a client faster than this thread) ran inside the acceptor's strand,
+  // and no connection was accepted until it finished: a handoff's receiver, connecting back,
+  // waited for the whole handoff (seen under ASan; gdb showed Execute under Session::Start).
   void Start() {
-    asio::dispatch(strand_, [self = shared_from_this()] { self->SendHello(); });
+    asio::post(strand_, [self = shared_from_this()] { self->SendHello(); });
   }
   void PostClose(std::string reason) {
     asio::post(strand_,
