@@ -29,11 +29,6 @@ KvLayout OtherOrderOf(KvLayout order) {
   return order == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
 }
 
-std::chrono::milliseconds Left(std::chrono::steady_clock::time_point deadline) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                               std::chrono::steady_clock::now());
-}
-
 }  // namespace
 
 std::vector<ContentId> ContentIdsIn(const ContentId& ns, std::span<const Token> prompt,
@@ -83,7 +78,7 @@ Result<HandoffResult> HandoffSender::HandOff(const std::string& to, std::span<co
     pins.push_back(std::move(p).value());
   }
   out.pinned_blocks = static_cast<std::int64_t>(pins.size());
-  const std::chrono::milliseconds left = Left(until);
+  const std::chrono::milliseconds left = TimeLeft(until);
   if (left.count() <= 0) return Status::TimedOut("handoff: deadline passed before the request");
   rpc::Request req;
   req.set_timeout_ms(static_cast<std::uint32_t>(left.count()));
@@ -165,7 +160,9 @@ Status HandoffReceiver::Handle(const SessionInfo& session, const rpc::HandoffReq
   const std::int64_t had = plan.pool_blocks + cache_->engine().CountHeld(rest);
   SenderLocator locator(from);
   // Link first: the hello says whether the sender's pools are in the other order.
-  KVMESH_RETURN_IF_ERROR(sessions_->Link(from, Left(until)).status());
+  const std::chrono::milliseconds link_within = TimeLeft(until);
+  if (link_within.count() <= 0) return Status::TimedOut("handoff: deadline passed");
+  KVMESH_RETURN_IF_ERROR(sessions_->Link(from, link_within).status());
   const bool convert = sessions_->OtherOrder(from);
   Conversion conversion;
   std::vector<ContentId> sender_ids;
@@ -176,7 +173,7 @@ Status HandoffReceiver::Handle(const SessionInfo& session, const rpc::HandoffReq
   }
   std::int64_t moved = 0;
   while (true) {
-    const std::chrono::milliseconds left = Left(until);
+    const std::chrono::milliseconds left = TimeLeft(until);
     if (left.count() <= 0) break;
     RemoteFetchOptions o;
     o.deadline = left;

@@ -62,6 +62,12 @@ struct StreamReceiverStats {
   double seconds = 0;              // summed: start until the answer
 };
 
+// Whole milliseconds from now until `deadline` (negative once it passed): a handoff's time left.
+inline std::chrono::milliseconds TimeLeft(std::chrono::steady_clock::time_point deadline) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                               std::chrono::steady_clock::now());
+}
+
 // (handoff id, layers verified per pool) after each range of every block verified.
 using StreamObserver =
     std::function<void(std::uint64_t handoff_id, std::span<const std::int32_t> layers)>;

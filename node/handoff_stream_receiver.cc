@@ -129,7 +129,7 @@ Status StreamReceiver::Start(const std::string& from, std::span<const Token> pro
     }
   }
   // The hello says whether the sender's pools are in the other order.
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Steady::now());
+  const std::chrono::milliseconds left = TimeLeft(deadline);
   if (left.count() <= 0) return Status::TimedOut("handoff stream: deadline passed");
   KVMESH_RETURN_IF_ERROR(sessions_->Link(from, left).status());
   auto s = std::make_unique<Stream>();

@@ -28,10 +28,6 @@ std::uint64_t NewStreamId() {
   return id;
 }
 
-std::chrono::milliseconds Left(Steady::time_point deadline) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Steady::now());
-}
-
 }  // namespace
 
 // One stream of this node. `blocks` and `layers` are immutable after the start; the rest is
@@ -150,7 +146,7 @@ Result<HandoffResult> HandoffSender::HandOffStream(
     if (!notifier_.joinable()) notifier_ = std::thread([this] { Notify(); });
   }
   rpc::Request req;
-  const std::chrono::milliseconds left = Left(until);
+  const std::chrono::milliseconds left = TimeLeft(until);
   req.set_timeout_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(left.count(), 1)));
   rpc::HandoffRequest* h = req.mutable_handoff();
   for (Token t : prompt) h->add_tokens(t);

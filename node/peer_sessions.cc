@@ -169,7 +169,9 @@ Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id,
   o.secret = options_.secret;
   o.client_name = options_.self_id;
   o.role = rpc::CLIENT_ROLE_PEER;
-  o.connect_timeout = within.count() > 0 ? within : options_.connect_timeout;
+  const bool budget = within.count() > 0;
+  const auto until = std::chrono::steady_clock::now() + within;
+  o.connect_timeout = budget ? within : options_.connect_timeout;
   o.request_timeout = options_.request_timeout;
   const auto fail = [&](Status st) {
     MutexLock lock(&mu_);
@@ -186,7 +188,12 @@ Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id,
   }
   rpc::Request req;
   FillHello(req.mutable_peer_hello());
-  if (within.count() > 0) req.set_timeout_ms(static_cast<std::uint32_t>(within.count()));
+  if (budget) {  // the hello gets what the connect and the handshake left of the budget
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return fail(Status::TimedOut("peer hello: no time left"));
+    req.set_timeout_ms(static_cast<std::uint32_t>(left.count()));
+  }
   Result<rpc::Response> r = (*client)->Call(std::move(req));
   if (!r.ok()) return fail(r.status().WithContext("peer hello"));
   const rpc::PeerHelloResponse& h = r->peer_hello();

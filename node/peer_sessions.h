@@ -120,8 +120,9 @@ class PeerSessions {
   // A live link to `node_id` (connecting and saying hello when there is none or it broke).
   // kNotFound: not in the peer table; kPeerUnreachable / kPermissionDenied / kTimedOut: connect,
   // handshake or hello failed; kFailedPrecondition: another namespace or geometry. Connecting,
-  // the handshake and the hello each have `within` when it is positive (a handoff's time left,
-  // which may be longer than a fetch's), else the options' connect_timeout and request_timeout.
+  // the handshake and the hello together take at most `within` when it is positive (a handoff's
+  // time left, which may be longer than a fetch's), else the options' connect_timeout and then
+  // request_timeout.
   Result<std::shared_ptr<PeerLink>> Link(const std::string& node_id,
                                          std::chrono::milliseconds within = {})
       KVMESH_EXCLUDES(mu_);
