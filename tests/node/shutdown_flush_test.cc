@@ -15,11 +15,13 @@
 namespace kvmesh::node_test {
 namespace {
 
-// One node: seven distinct 256-token prompts stored and released (the pool fills with cached
+// One node: fourteen distinct 256-token prompts stored and released (the pool fills with cached
 // blocks), then Shutdown with flush_to_disk.
 ShutdownReport FillAndShutDown(const ScratchDir& dir) {
-  // 2048 tokens of 12 KiB: a 24 MiB pool; a 16 MiB disk tier takes puts up to 80% of that on disk.
-  auto config = ParseNodeConfig(TestConfig(dir.path(), 2048, "", "16MiB"), "test");
+  // 4096 tokens of 12 KiB: a 48 MiB pool, of which 42 MiB are flushed, into a 16 MiB disk tier
+  // that takes puts up to 80% of that on disk: more than three times what it can hold, so that
+  // compactions keeping up with the flush rarely make room for all of it.
+  auto config = ParseNodeConfig(TestConfig(dir.path(), 4096, "", "16MiB"), "test");
   KVMESH_CHECK(config.ok()) << config.status().ToString();
   auto node = Node::Start(*config);
   KVMESH_CHECK(node.ok()) << node.status().ToString();
@@ -28,7 +30,7 @@ ShutdownReport FillAndShutDown(const ScratchDir& dir) {
   o.secret = kTestSecret;
   auto c = NodeClient::Connect(o);
   KVMESH_CHECK(c.ok()) << c.status().ToString();
-  for (std::uint32_t i = 0; i < 7; ++i) {
+  for (std::uint32_t i = 0; i < 14; ++i) {
     std::vector<Token> p(256);
     for (std::size_t k = 0; k < p.size(); ++k)
       p[k] = static_cast<Token>((i * 7919 + k * 31) % 30000);
@@ -43,7 +45,7 @@ ShutdownReport FillAndShutDown(const ScratchDir& dir) {
 TEST(ShutdownFlushTest, AFullDiskTierEndsTheFlushWithoutAFailure) {
   // The tier refuses puts only while the files on disk are at its write limit, that is while
   // RocksDB's compactions lag behind the flush's puts (evicted bundles are reclaimed by them). On a
-  // loaded machine the flush can be slow enough for them to keep up, and all 112 blocks then fit
+  // loaded machine the flush can be slow enough for them to keep up, and all its blocks then fit
   // through eviction (seen in 1 run of 8 with a build running beside it). So the scenario is run
   // again, in a fresh folder, until the tier was filled (at most 15 times: under ASan 5 runs in a
   // row once all fit, in a clean-clone CI run on the 2-core VM); every run must end without a
