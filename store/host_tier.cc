@@ -371,6 +371,7 @@ Status HostTier::Put(TierPoolId pool, const ContentId& id, const KvPoolView& src
   counters_.index_ns.fetch_add(Nanos(t0, t1) + Nanos(t3, SteadyClock::now()),
                                std::memory_order_relaxed);
   counters_.encode_ns.fetch_add(Nanos(t2, t3), std::memory_order_relaxed);
+  counters_.write_ns.fetch_add(Nanos(t1, t2), std::memory_order_relaxed);
   return Status::Ok();
 }
 

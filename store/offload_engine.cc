@@ -116,19 +116,19 @@ OffloadEngine::~OffloadEngine() {
   staging_.reset();
 }
 
-void OffloadEngine::Started() {
-  MutexLock lock(&mu_);
-  ++in_flight_;
-}
+void OffloadEngine::Started(std::int64_t n) { in_flight_.fetch_add(n, std::memory_order_relaxed); }
 
-void OffloadEngine::Finished() {
-  MutexLock lock(&mu_);
-  if (--in_flight_ == 0) cv_.notify_all();
+void OffloadEngine::Finished(std::int64_t n) {
+  if (in_flight_.fetch_sub(n, std::memory_order_acq_rel) != n) return;
+  MutexLock lock(&drain_mu_);  // a Drain that saw a count above 0 is waiting, or not yet
+  drain_cv_.notify_all();
 }
 
 void OffloadEngine::Drain() {
-  MutexLock lock(&mu_);
-  AwaitCondition(cv_, mu_, [this]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return in_flight_ == 0; });
+  MutexLock lock(&drain_mu_);
+  AwaitCondition(drain_cv_, drain_mu_, [this]() {
+    return in_flight_.load(std::memory_order_acquire) == 0;
+  });
 }
 
 bool OffloadEngine::IsClean(const EvictedBlock& block) {
@@ -271,9 +271,9 @@ void OffloadEngine::OnEvictDeferrable(const EvictedBlock& block, MoveOutTicket& 
     OnEvict(block);  // synchronous: the ticket is left, the slot is reused when this returns
   } else if (ShouldCopy(block)) {
     bool start_drainer = false;
+    Started();
     {
-      MutexLock lock(&mu_);
-      ++in_flight_;
+      MutexLock lock(&queue_mu_);
       offload_queue_.push_back({block, std::move(ticket)});
       if (drainers_ < options_.copy_threads) {
         ++drainers_;
@@ -289,7 +289,7 @@ void OffloadEngine::DrainOffloads() {
   std::vector<PendingOffload> batch;
   for (;;) {
     {
-      MutexLock lock(&mu_);
+      MutexLock lock(&queue_mu_);
       if (offload_queue_.empty()) {
         --drainers_;
         return;
@@ -315,18 +315,14 @@ void OffloadEngine::RunOffloads(std::vector<PendingOffload>& batch) {
       p.ticket.Complete();  // the block may be reused from now on
     }
   }
-  {
-    MutexLock lock(&mu_);
-    in_flight_ -= static_cast<std::int64_t>(batch.size());
-    if (in_flight_ == 0) cv_.notify_all();
-  }
+  Finished(static_cast<std::int64_t>(batch.size()));
   batch.clear();
 }
 
 bool OffloadEngine::HelpMoveOut() {
   std::vector<PendingOffload> batch;
   {
-    MutexLock lock(&mu_);
+    MutexLock lock(&queue_mu_);
     if (offload_queue_.empty()) return false;
     // A worker's share: the waiting thread is one more drainer.
     const std::size_t n = std::clamp<std::size_t>(
@@ -364,14 +360,14 @@ Status OffloadEngine::Spill(const EvictedBundle& victim) {
       std::make_shared<std::vector<std::byte>>(victim.bundle.begin(), victim.bundle.end());
   const auto size = static_cast<std::int64_t>(staged->size());
   bool start_drainer = false;
+  Started();
   {
-    MutexLock lock(&mu_);
-    AwaitCondition(cv_, mu_, [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
+    MutexLock lock(&spill_mu_);
+    AwaitCondition(spill_cv_, spill_mu_, [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
       return spill_queued_bytes_ == 0 ||
              spill_queued_bytes_ + size <= options_.max_spill_queue_bytes;
     });
     spill_queued_bytes_ += size;
-    ++in_flight_;
     staged_[{victim.pool.value, victim.id}] = staged;
     spill_queue_.push_back({victim.pool, victim.id, victim.priority, std::move(staged)});
     start_drainer = !spill_draining_;
@@ -387,7 +383,7 @@ void OffloadEngine::DrainSpills() {
   std::vector<Status> out;
   for (;;) {
     {
-      MutexLock lock(&mu_);
+      MutexLock lock(&spill_mu_);
       if (spill_queue_.empty()) {
         spill_draining_ = false;
         return;
@@ -417,22 +413,22 @@ void OffloadEngine::DrainSpills() {
       }
     }
     {
-      MutexLock lock(&mu_);
+      MutexLock lock(&spill_mu_);
       for (const PendingSpill& s : batch) {
         spill_queued_bytes_ -= static_cast<std::int64_t>(s.bundle->size());
         auto it = staged_.find({s.pool.value, s.id});
         if (it != staged_.end() && it->second == s.bundle) staged_.erase(it);  // RocksDB has it
       }
-      in_flight_ -= static_cast<std::int64_t>(batch.size());
-      cv_.notify_all();
+      spill_cv_.notify_all();
     }
+    Finished(static_cast<std::int64_t>(batch.size()));
     batch.clear();
   }
 }
 
 std::shared_ptr<const std::vector<std::byte>> OffloadEngine::Staged(TierPoolId pool,
                                                                     const ContentId& id) {
-  MutexLock lock(&mu_);
+  MutexLock lock(&spill_mu_);
   auto it = staged_.find({pool.value, id});
   return it == staged_.end() ? nullptr : it->second;
 }
@@ -488,10 +484,7 @@ OffloadStats OffloadEngine::stats() const {
   s.listener_s = static_cast<double>(ld(c.listener_ns)) * 1e-9;
   s.lookup_s = static_cast<double>(ld(c.lookup_ns)) * 1e-9;
   s.offload_helped = ld(c.offload_helped);
-  {
-    MutexLock lock(&mu_);
-    s.copies_in_flight = in_flight_;
-  }
+  s.copies_in_flight = in_flight_.load(std::memory_order_relaxed);
   s.has_host = host_ != nullptr;
   s.has_disk = disk_ != nullptr;
   if (host_) s.host = host_->stats();

@@ -54,7 +54,9 @@
 // tiers' own locks are taken under the manager's lock only by Contains (a map lookup); no disk
 // I/O and no block copy runs under it unless copy_threads is 0 (then, with device pools, the
 // staging copy and its device wait run under it too). A thread holds at most one staging lease,
-// and never while it waits for the manager's lock.
+// and never while it waits for the manager's lock. The engine's own state has three short locks
+// that are never held together: the offload queue's, the spill queue's (with the bundles being
+// spilled) and the one Drain waits under; the count of copies in flight is an atomic.
 //
 // Device pools (options.device_pools; nullopt = the pools are host memory, read and written
 // directly, no staging copy). Pools in memory host code cannot address (GPU memory on cuda:N) are
@@ -94,7 +96,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
+#include <unordered_map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -276,8 +278,8 @@ class OffloadEngine final : public EvictionListener {
   DeviceStaging* staging() { return staging_.get(); }
 
   // Waits until every copy and spill started before the call has finished.
-  void Drain() KVMESH_EXCLUDES(mu_);
-  [[nodiscard]] OffloadStats stats() const KVMESH_EXCLUDES(mu_);
+  void Drain() KVMESH_EXCLUDES(drain_mu_);
+  [[nodiscard]] OffloadStats stats() const;
 
   [[nodiscard]] int num_pools() const { return static_cast<int>(options_.pools.size()); }
   // The pools' views. For device pools the bases are device addresses: read blocks through
@@ -336,18 +338,19 @@ class OffloadEngine final : public EvictionListener {
   // Blocks per range of a restore (at least 1 MiB of blocks).
   [[nodiscard]] std::size_t OnboardRange() const;
   // A copy worker's loop: takes queued offloads in batches until the queue is empty.
-  void DrainOffloads() KVMESH_EXCLUDES(mu_);
+  void DrainOffloads() KVMESH_EXCLUDES(queue_mu_);
   // Copies a batch taken off offload_queue_ (staged for device pools) and completes its tickets;
   // then counts it out of in_flight_.
-  void RunOffloads(std::vector<PendingOffload>& batch) KVMESH_EXCLUDES(mu_);
+  void RunOffloads(std::vector<PendingOffload>& batch) KVMESH_EXCLUDES(queue_mu_);
   // The spill thread's loop: writes queued spills, a batch per RocksDB write, until the queue is
   // empty.
-  void DrainSpills() KVMESH_EXCLUDES(mu_);
+  void DrainSpills() KVMESH_EXCLUDES(spill_mu_);
   // The bundle of a block being spilled, or null.
   std::shared_ptr<const std::vector<std::byte>> Staged(TierPoolId pool, const ContentId& id)
-      KVMESH_EXCLUDES(mu_);
-  void Started() KVMESH_EXCLUDES(mu_);
-  void Finished() KVMESH_EXCLUDES(mu_);
+      KVMESH_EXCLUDES(spill_mu_);
+  // Counts jobs into and out of in_flight_.
+  void Started(std::int64_t n = 1);
+  void Finished(std::int64_t n = 1) KVMESH_EXCLUDES(drain_mu_);
 
   OffloadEngineOptions options_;
   std::vector<std::int64_t> block_bytes_;  // [pool]
@@ -360,17 +363,32 @@ class OffloadEngine final : public EvictionListener {
   // Device pools only: the staging areas and copy backends (outlive the workers).
   std::unique_ptr<DeviceStaging> staging_;
 
-  mutable Mutex mu_;
-  std::condition_variable cv_;
-  std::int64_t in_flight_ KVMESH_GUARDED_BY(mu_) = 0;  // copy and spill jobs started, not done
-  std::int64_t spill_queued_bytes_ KVMESH_GUARDED_BY(mu_) = 0;
-  std::deque<PendingOffload> offload_queue_ KVMESH_GUARDED_BY(mu_);
-  int drainers_ KVMESH_GUARDED_BY(mu_) = 0;  // workers draining offload_queue_
-  std::deque<PendingSpill> spill_queue_ KVMESH_GUARDED_BY(mu_);
-  bool spill_draining_ KVMESH_GUARDED_BY(mu_) = false;  // DrainSpills runs
+  // Three locks, so that the replay (or engine) thread queueing an offload, the copy worker taking
+  // a batch and the spill thread finishing one do not wait for each other's bookkeeping.
+  // Copy and spill jobs started, not done; Drain waits on drain_cv_ for 0 (drain_mu_ is taken to
+  // notify, so a waiter that saw it non-zero is woken).
+  std::atomic<std::int64_t> in_flight_{0};
+  Mutex drain_mu_;
+  std::condition_variable drain_cv_;
+  // The offload queue and its workers.
+  Mutex queue_mu_;
+  std::deque<PendingOffload> offload_queue_ KVMESH_GUARDED_BY(queue_mu_);
+  int drainers_ KVMESH_GUARDED_BY(queue_mu_) = 0;  // workers draining offload_queue_
+  // The spill queue; spill_cv_ wakes a spill waiting for room in it.
+  Mutex spill_mu_;
+  std::condition_variable spill_cv_;
+  std::int64_t spill_queued_bytes_ KVMESH_GUARDED_BY(spill_mu_) = 0;
+  std::deque<PendingSpill> spill_queue_ KVMESH_GUARDED_BY(spill_mu_);
+  bool spill_draining_ KVMESH_GUARDED_BY(spill_mu_) = false;  // DrainSpills runs
   // Bundles being spilled, by (pool, content id).
-  std::map<std::pair<std::int32_t, ContentId>, std::shared_ptr<const std::vector<std::byte>>>
-      staged_ KVMESH_GUARDED_BY(mu_);
+  struct StagedKeyHash {
+    std::size_t operator()(const std::pair<std::int32_t, ContentId>& k) const noexcept {
+      return ContentIdHash{}(k.second) ^ static_cast<std::size_t>(k.first);
+    }
+  };
+  std::unordered_map<std::pair<std::int32_t, ContentId>,
+                     std::shared_ptr<const std::vector<std::byte>>, StagedKeyHash>
+      staged_ KVMESH_GUARDED_BY(spill_mu_);
 
   std::unique_ptr<ThreadPool> spill_pool_;
   std::unique_ptr<ThreadPool> copy_pool_;

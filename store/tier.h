@@ -49,7 +49,7 @@ struct TierStageTimes {
   double read_s = 0;    // RocksDB reads (Get, MultiGet)
   double decode_s = 0;  // verify + copy into the pool block (one pass)
   double encode_s = 0;  // bundle encode: the checksum (and, host tier, the copy into the slot)
-  double write_s = 0;   // RocksDB writes
+  double write_s = 0;   // RocksDB writes; host tier: handing an evicted bundle to the tier below
   friend TierStageTimes operator-(const TierStageTimes& a, const TierStageTimes& b) {
     return {a.index_s - b.index_s, a.read_s - b.read_s, a.decode_s - b.decode_s,
             a.encode_s - b.encode_s, a.write_s - b.write_s};
