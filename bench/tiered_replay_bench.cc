@@ -162,8 +162,8 @@ bool Report(const ReplayResult& alone, const TieredReplayResult& tiered, double 
   std::printf(
       "  host tier stages: index and eviction bookkeeping %.2f s, encode (copy + checksum) %.2f "
       "s, handing victims to the disk tier's spill queue %.2f s, restores' verify+copy %.2f s\n",
-      s.offload.host.stages.index_s, s.offload.host.stages.encode_s,
-      s.offload.host.stages.write_s, s.offload.host.stages.decode_s);
+      s.offload.host.stages.index_s, s.offload.host.stages.encode_s, s.offload.host.stages.write_s,
+      s.offload.host.stages.decode_s);
   double cpu_total = 0;
   for (const auto& [name, cpu] : s.thread_cpu_s) cpu_total += cpu;
   std::printf(

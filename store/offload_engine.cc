@@ -126,9 +126,8 @@ void OffloadEngine::Finished(std::int64_t n) {
 
 void OffloadEngine::Drain() {
   MutexLock lock(&drain_mu_);
-  AwaitCondition(drain_cv_, drain_mu_, [this]() {
-    return in_flight_.load(std::memory_order_acquire) == 0;
-  });
+  AwaitCondition(drain_cv_, drain_mu_,
+                 [this]() { return in_flight_.load(std::memory_order_acquire) == 0; });
 }
 
 bool OffloadEngine::IsClean(const EvictedBlock& block) {
