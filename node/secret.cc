@@ -66,6 +66,15 @@ Result<LoadedSecret> LoadSecret(const SecretSource& source) {
     loaded = FromFile(source.file);
   } else {
     loaded = FromEnv(kDefaultSecretEnv);
+    if (!loaded.ok()) {
+      // Nothing was configured: say how to give one (the node and its clients share it).
+      return Status::InvalidArgument(StrCat(
+          loaded.status().message(),
+          ". Every node and client of a deployment shares one secret of at least ", kMinSecretBytes,
+          " bytes: export ", kDefaultSecretEnv,
+          "=$(openssl rand -hex 32), or name a file (kvnode: control.secret_file; kvctl and "
+          "kvmesh-synth: --secret-file) or another variable (control.secret_env, --secret-env)"));
+    }
   }
   if (!loaded.ok()) return loaded;
   if (loaded->secret.size() < kMinSecretBytes) {

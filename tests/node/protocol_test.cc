@@ -134,6 +134,17 @@ TEST_F(SecretTest, SourcesAndErrors) {
   EXPECT_THAT(env->origin, HasSubstr("KVMESH_TEST_SECRET_VAR"));
   EXPECT_THAT(LoadSecret({"", "KVMESH_TEST_UNSET_VAR", ""}).status().message(),
               HasSubstr("KVMESH_TEST_UNSET_VAR is not set"));
+  {
+    // Nothing configured and $KVMESH_SECRET unset: the error says how to give a secret.
+    const char* had = std::getenv("KVMESH_SECRET");
+    const std::string saved = had != nullptr ? had : "";
+    ::unsetenv("KVMESH_SECRET");
+    const Status none = LoadSecret({"", "", ""}).status();
+    if (had != nullptr) ::setenv("KVMESH_SECRET", saved.c_str(), 1);
+    EXPECT_THAT(none.message(), HasSubstr("KVMESH_SECRET is not set"));
+    EXPECT_THAT(none.message(), HasSubstr("openssl rand -hex 32"));
+    EXPECT_THAT(none.message(), HasSubstr("control.secret_file"));
+  }
   const std::string path = (dir_ / "secret").string();
   { std::ofstream(path) << "a-secret-in-a-file\n"; }
   ::chmod(path.c_str(), 0600);
