@@ -1,6 +1,7 @@
 // docker-compose.yml: it parses; the services the kvmesh image runs use only kvnode flags that
 // `kvnode --help` lists; every config mounted for --config exists in the tree and passes
-// `kvnode --check-config`; the etcd and Prometheus services are there.
+// `kvnode --check-config`; each such node keeps its data_dir on a named volume and has a stop
+// grace period long enough for its shutdown flush; the etcd and Prometheus services are there.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +27,31 @@ std::pair<int, std::string> RunCommand(const std::string& command) {
   while (std::fgets(buf.data(), buf.size(), p.get()) != nullptr) out += buf.data();
   const int status = ::pclose(p.release());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// A compose duration ("2m", "90s", "1m30s") in seconds; -1 when it is not one.
+int DurationSeconds(const std::string& text) {
+  int total = 0;
+  int number = -1;
+  for (const char c : text) {
+    if (c >= '0' && c <= '9') {
+      number = (number < 0 ? 0 : number * 10) + (c - '0');
+    } else if (number >= 0 && (c == 'h' || c == 'm' || c == 's')) {
+      total += number * (c == 'h' ? 3600 : c == 'm' ? 60 : 1);
+      number = -1;
+    } else {
+      return -1;
+    }
+  }
+  return number < 0 && !text.empty() ? total : -1;
+}
+
+TEST(ComposeTest, DurationSecondsReadsComposeDurations) {
+  EXPECT_EQ(DurationSeconds("2m"), 120);
+  EXPECT_EQ(DurationSeconds("1m30s"), 90);
+  EXPECT_EQ(DurationSeconds("10s"), 10);
+  EXPECT_EQ(DurationSeconds("10"), -1);
+  EXPECT_EQ(DurationSeconds("2x"), -1);
 }
 
 TEST(ComposeTest, KvnodeServicesUseRealFlagsAndLoadableConfigs) {
@@ -68,7 +94,19 @@ TEST(ComposeTest, KvnodeServicesUseRealFlagsAndLoadableConfigs) {
       const auto [code, out] =
           RunCommand(std::string(KVMESH_KVNODE_PATH) + " --check-config " + host.string());
       EXPECT_EQ(code, 0) << name << ": " << out;
+      // The node's data_dir (its disk tier) outlives the container: a named volume.
+      const YAML::Node config = YAML::LoadFile(host.string());
+      ASSERT_TRUE(config["data_dir"].IsDefined()) << name;
+      const std::string data_dir = config["data_dir"].as<std::string>();
+      ASSERT_TRUE(mounts.contains(data_dir))
+          << name << ": data_dir " << data_dir << " is not a volume";
+      EXPECT_TRUE(compose["volumes"][mounts[data_dir]].IsDefined())
+          << name << ": " << mounts[data_dir] << " is not a named volume";
     }
+    // Docker's default stop grace period, 10 s, would SIGKILL the node during its drain and the
+    // shutdown flush (docs/kvnode.md, Stopping).
+    ASSERT_TRUE(s["stop_grace_period"].IsDefined()) << name;
+    EXPECT_GE(DurationSeconds(s["stop_grace_period"].as<std::string>()), 60) << name;
   }
   EXPECT_EQ(kvnodes, 3);
   const std::filesystem::path dockerfile = kRoot / "Dockerfile";
