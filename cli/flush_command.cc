@@ -45,9 +45,15 @@ Status Run(const FlushOptions& o) {
   if (o.json) {
     PrintDocument("kvmesh.flush/1", ProtoToJson(f));
   } else {
-    std::printf("flushed %lld blocks to the disk tier in %s (%lld failures)\n",
-                static_cast<long long>(f.written()), FormatSeconds(f.seconds()).c_str(),
-                static_cast<long long>(f.failures()));
+    std::printf(
+        "flushed %lld blocks to the disk tier in %s (%lld failures); %lld were there already",
+        static_cast<long long>(f.written()), FormatSeconds(f.seconds()).c_str(),
+        static_cast<long long>(f.failures()), static_cast<long long>(f.already_on_disk()));
+    if (f.not_fitting() > 0) {
+      std::printf("; %lld did not fit in the disk tier's capacity (the most valuable were written)",
+                  static_cast<long long>(f.not_fitting()));
+    }
+    std::printf("\n");
   }
   if (f.failures() > 0) {
     return Status::IoError(

@@ -1,76 +1,214 @@
 #include "node/flush.h"
 
+#include <algorithm>
+#include <chrono>
+#include <tuple>
+#include <unordered_set>
+#include <vector>
+
 #include "common/log.h"
 
 namespace kvmesh {
+namespace {
 
-std::int64_t FlushToDiskTier(TieredCache& cache, int min_priority, std::int64_t* failures,
-                             std::int64_t* skipped_full) {
+using Steady = std::chrono::steady_clock;
+constexpr auto kProgressEvery = std::chrono::seconds(5);
+
+// A candidate: a cached pool block (every pool that holds it) or one host-tier block.
+struct Candidate {
+  ContentId id;
+  int priority = 0;
+  bool in_pool = false;          // else in the host tier
+  std::uint64_t last_use = 0;    // pool blocks: the manager's use clock
+  int host_pool = 0;             // host-tier blocks: their pool
+  std::int64_t blocks = 0;       // blocks (one per pool) not on disk yet
+  std::int64_t bytes = 0;        // their bundle bytes
+  std::int64_t held_blocks = 0;  // blocks the tier holds already
+  std::int64_t held_bytes = 0;   // their bundle bytes
+};
+
+// Most valuable first: priority, then pool before host tier, then the most recently used.
+bool MoreValuable(const Candidate& a, const Candidate& b) {
+  return std::tuple(a.priority, a.in_pool, a.last_use) >
+         std::tuple(b.priority, b.in_pool, b.last_use);
+}
+
+}  // namespace
+
+FlushCounts FlushToDiskTier(TieredCache& cache, int min_priority, FullDiskTier full) {
+  FlushCounts c;
   OffloadEngine& engine = cache.engine();
   RocksDbTier* disk = engine.disk();
-  if (disk == nullptr) return 0;
-  std::int64_t written = 0;
-  bool full = false;  // the tier answered kResourceExhausted: nothing more is tried
-  // Runs `write` (a put) unless the tier is known full, and counts what it did.
-  const auto put = [&](const auto& write) {
-    if (full) {
-      ++*skipped_full;
-      return;
-    }
-    const Status st = write();
-    if (st.ok()) {
-      ++written;
-    } else if (st.IsResourceExhausted() && skipped_full != nullptr) {
-      full = true;
-      ++*skipped_full;
-      KVMESH_LOG_INFO("flush to disk stopped: the disk tier is at its capacity ({})", st.message());
-    } else {
-      ++*failures;
-      KVMESH_LOG_WARN("flush to disk failed error {}", st.ToString());
-    }
-  };
+  if (disk == nullptr) return c;
+  const auto start = Steady::now();
   // Blocks still moving out of the pool (offload copies queued or running) are in neither the
   // pool's tree nor the host tier yet: let them land in the host tier first, or the scans below
   // miss them and they are lost at exit (seen as acknowledged blocks missing after a SIGTERM
-  // under load). Nothing starts new moves now: every connection is closed.
+  // under load). Nothing starts new moves now at shutdown: every connection is closed.
   engine.Drain();
+  const int num_pools = engine.num_pools();
+  std::vector<std::int64_t> bundle_bytes(static_cast<std::size_t>(num_pools), 0);
+  for (int p = 0; p < num_pools; ++p) {
+    if (const BundleCodec* codec = disk->Codec(TierPoolId{p}); codec != nullptr) {
+      bundle_bytes[static_cast<std::size_t>(p)] = codec->bundle_bytes();
+    }
+  }
+
+  // The candidates, and what each would add to the tier.
+  std::vector<Candidate> all;
+  // The content ids the pool candidates cover, per pool: a host-tier copy of one (a restored block
+  // stays in the host tier) is the same block, not another candidate.
+  std::vector<std::unordered_set<ContentId, ContentIdHash>> in_pool(
+      static_cast<std::size_t>(num_pools));
   std::uint64_t cursor = 0;
   do {
     const CachedBlockPage page = cache.manager().ListCachedBlocks(cursor, 4096);
     for (const CachedBlockInfo& b : page.blocks) {
       if (b.priority < min_priority) continue;
-      bool missing = false;
-      for (int p = 0; p < engine.num_pools(); ++p) {
-        missing |= b.block_ids[p] >= 0 && !disk->Contains(TierPoolId{p}, b.content_id);
+      Candidate k{b.content_id, b.priority, true, b.last_use, 0};
+      for (int p = 0; p < num_pools; ++p) {
+        if (b.block_ids[static_cast<std::size_t>(p)] < 0) continue;
+        ++c.candidates;
+        in_pool[static_cast<std::size_t>(p)].insert(b.content_id);
+        const std::int64_t n = bundle_bytes[static_cast<std::size_t>(p)];
+        if (disk->Contains(TierPoolId{p}, b.content_id)) {
+          ++k.held_blocks;
+          k.held_bytes += n;
+        } else {
+          ++k.blocks;
+          k.bytes += n;
+        }
       }
-      if (!missing) continue;
-      // Pinned while read: not evicted or reused meanwhile. Gone since the listing: skipped.
-      Result<PinnedBlocks> pinned = cache.manager().PinByContentId(b.content_id);
-      if (!pinned.ok()) continue;
-      Result<CachedBlockInfo> now = cache.manager().FindBlock(b.content_id);  // its pinned blocks
-      if (!now.ok()) continue;
-      for (int p = 0; p < engine.num_pools(); ++p) {
-        const TierPoolId pool{p};
-        if (now->block_ids[p] < 0 || disk->Contains(pool, b.content_id)) continue;
-        put([&]() -> Status {
-          // The pool block itself for host pools; a staged copy for device pools.
-          KVMESH_ASSIGN_OR_RETURN(const HostBlock block, engine.ReadBlock(p, now->block_ids[p]));
-          return disk->Put(pool, b.content_id, block.view(), block.block(), now->priority);
-        });
-      }
+      all.push_back(k);
     }
     cursor = page.next_cursor;
   } while (cursor != 0);
-  if (HostTier* host = engine.host(); host != nullptr) {
-    for (int p = 0; p < engine.num_pools(); ++p) {
+  HostTier* host = engine.host();
+  if (host != nullptr) {
+    for (int p = 0; p < num_pools; ++p) {
       host->ForEachBlock(TierPoolId{p}, [&](const EvictedBundle& b) {
-        if (b.priority < min_priority || disk->Contains(b.pool, b.id)) return;
-        put([&] { return disk->PutBundle(b.pool, b.id, b.bundle, b.priority); });
+        if (b.priority < min_priority || in_pool[static_cast<std::size_t>(p)].contains(b.id)) {
+          return;
+        }
+        ++c.candidates;
+        Candidate k{b.id, b.priority, false, 0, p};
+        const auto n = static_cast<std::int64_t>(b.bundle.size());
+        if (disk->Contains(b.pool, b.id)) {
+          k.held_blocks = 1;
+          k.held_bytes = n;
+        } else {
+          k.blocks = 1;
+          k.bytes = n;
+        }
+        all.push_back(k);
+      });
+    }
+  }
+
+  // The most valuable that fit in the tier's budget; those it holds already stay and count.
+  std::sort(all.begin(), all.end(), MoreValuable);
+  const std::int64_t budget = disk->budget_bytes();
+  std::int64_t used = 0;
+  std::size_t kept = 0;
+  std::int64_t to_write_blocks = 0;
+  std::int64_t to_write_bytes = 0;
+  // Kept: a prefix of the order, up to the first that does not fit (a smaller one further down
+  // might, but it is less valuable than the one that did not).
+  for (; kept < all.size(); ++kept) {
+    const Candidate& k = all[kept];
+    if (used + k.bytes + k.held_bytes > budget) break;
+    used += k.bytes + k.held_bytes;
+    to_write_bytes += k.bytes;
+  }
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    c.already += all[i].held_blocks;  // on disk now, whether kept or not
+    (i < kept ? to_write_blocks : c.not_fitting) += all[i].blocks;
+  }
+  if (kept < all.size()) {
+    KVMESH_LOG_INFO(
+        "flush to disk: {} of {} candidate blocks do not fit in the disk tier's budget of {} "
+        "bytes; "
+        "writing the most valuable",
+        c.not_fitting, c.candidates, budget);
+  }
+  KVMESH_LOG_INFO("flush to disk: writing {} blocks ({} bytes), {} already on disk",
+                  to_write_blocks, to_write_bytes, c.already);
+
+  bool tier_full = false;  // the tier answered kResourceExhausted and that ends the flush
+  auto last_log = Steady::now();
+  // Runs `write` (a put) unless the tier is known full, and counts what it did.
+  const auto put = [&](std::int64_t bytes, const auto& write) {
+    if (tier_full) {
+      ++c.not_fitting;
+      return;
+    }
+    const Status st = write();
+    if (st.ok()) {
+      ++c.written;
+      c.written_bytes += bytes;
+    } else if (st.IsResourceExhausted() && full == FullDiskTier::kEndsTheFlush) {
+      tier_full = true;
+      ++c.not_fitting;
+      KVMESH_LOG_INFO("flush to disk stopped: the disk tier is at its capacity ({})", st.message());
+    } else {
+      ++c.failures;
+      KVMESH_LOG_WARN("flush to disk failed error {}", st.ToString());
+    }
+    if (const auto now = Steady::now(); now - last_log >= kProgressEvery) {
+      last_log = now;
+      KVMESH_LOG_INFO("flush to disk: {} of {} blocks written ({} bytes) in {:.1f} s", c.written,
+                      to_write_blocks, c.written_bytes,
+                      std::chrono::duration<double>(now - start).count());
+    }
+  };
+
+  // Least valuable first: host-tier blocks (at a priority, below every pool block), then the
+  // pool blocks from the least valuable kept on.
+  if (host != nullptr) {
+    std::vector<std::unordered_set<ContentId, ContentIdHash>> selected(
+        static_cast<std::size_t>(num_pools));
+    for (std::size_t i = 0; i < kept; ++i) {
+      if (!all[i].in_pool && all[i].bytes > 0) {
+        selected[static_cast<std::size_t>(all[i].host_pool)].insert(all[i].id);
+      }
+    }
+    for (int p = 0; p < num_pools; ++p) {
+      if (selected[static_cast<std::size_t>(p)].empty()) continue;
+      host->ForEachBlock(TierPoolId{p}, [&](const EvictedBundle& b) {
+        if (!selected[static_cast<std::size_t>(p)].contains(b.id) || disk->Contains(b.pool, b.id)) {
+          return;
+        }
+        put(static_cast<std::int64_t>(b.bundle.size()),
+            [&] { return disk->PutBundle(b.pool, b.id, b.bundle, b.priority); });
+      });
+    }
+  }
+  for (std::size_t i = kept; i-- > 0;) {
+    const Candidate& k = all[i];
+    if (!k.in_pool || k.bytes == 0) continue;
+    // Pinned while read: not evicted or reused meanwhile. Gone since the listing: skipped.
+    Result<PinnedBlocks> pinned = cache.manager().PinByContentId(k.id);
+    if (!pinned.ok()) continue;
+    Result<CachedBlockInfo> now = cache.manager().FindBlock(k.id);  // its pinned blocks
+    if (!now.ok()) continue;
+    for (int p = 0; p < num_pools; ++p) {
+      const TierPoolId pool{p};
+      const std::int32_t block = now->block_ids[static_cast<std::size_t>(p)];
+      if (block < 0 || disk->Contains(pool, k.id)) continue;
+      put(bundle_bytes[static_cast<std::size_t>(p)], [&]() -> Status {
+        // The pool block itself for host pools; a staged copy for device pools.
+        KVMESH_ASSIGN_OR_RETURN(const HostBlock read, engine.ReadBlock(p, block));
+        return disk->Put(pool, k.id, read.view(), read.block(), now->priority);
       });
     }
   }
   engine.Drain();
-  return written;
+  KVMESH_LOG_INFO(
+      "flush to disk done: {} blocks written ({} bytes) in {:.1f} s, {} already on disk, {} did "
+      "not fit, {} failed",
+      c.written, c.written_bytes, std::chrono::duration<double>(Steady::now() - start).count(),
+      c.already, c.not_fitting, c.failures);
+  return c;
 }
 
 }  // namespace kvmesh

@@ -1,18 +1,30 @@
 // Writing the pool's cached blocks and the host tier's blocks into the disk tier: what kvnode does
 // at shutdown (shutdown.flush_to_disk) and what `kvctl flush` asks of a running node.
 //
-// Every cached pool block and every host-tier block of priority >= min_priority that the disk tier
-// does not hold yet is put into it. Pool blocks are pinned (PinByContentId) while they are read,
-// so a running node may keep serving: a pinned block is never evicted or rewritten, and a block
-// evicted before its turn is skipped (it went to the tiers through the ordinary path). Returns the
-// blocks written; failures are counted in *failures and logged. Waits until the disk tier holds
-// everything it was given (OffloadEngine::Drain). 0 without a disk tier.
+// Candidates: every cached pool block and every host-tier block of priority >= min_priority, one
+// per pool and content id. What is written: the most valuable candidates whose bundles fit in the
+// disk tier's budget (RocksDbTier::budget_bytes) — highest priority first, then pool blocks before
+// host-tier blocks (a host-tier block was evicted from the pool, so it was used less recently),
+// then the pool blocks used most recently — less the ones the tier holds already (they stay, and
+// count against the budget). The rest are not written and are counted as not fitting: writing them
+// would only make the tier evict blocks the same flush wrote (a flush of 30,440 blocks into a tier
+// with room for 12,738 once wrote all of them, for 36 s, and kept the last written). Blocks are
+// written least valuable first, so that if the budget shrinks meanwhile (it is learned from the
+// files on disk), the tier's eviction — lowest priority, then oldest write — takes the least
+// valuable of them. Blocks the tier held before and the flush does not touch are older than every
+// block the flush writes, and are evicted first at equal priority.
 //
-// A disk tier at its capacity (a put answered kResourceExhausted: it is a cache, and full) ends
-// the flush: with `skipped_full`, that block and every one not yet tried are counted there instead
-// of in *failures, and said once at info level — at shutdown a full cache is not a failure (nothing
-// acknowledged is in question: these blocks were never promised to disk). Without it (kvctl
-// flush, which asked for the blocks to be written) they are failures.
+// Pool blocks are pinned (PinByContentId) while they are read, so a running node may keep serving:
+// a pinned block is never evicted or rewritten, and a block evicted before its turn is skipped (it
+// went to the tiers through the ordinary path). Waits until the disk tier holds everything it was
+// given (OffloadEngine::Drain). Logs its progress at info level every few seconds. Nothing without
+// a disk tier.
+//
+// A disk tier that refuses a put as full (kResourceExhausted: its files are at the on-disk
+// capacity while compaction catches up) ends the flush when `full` is kEndsTheFlush: that block and
+// every one not yet tried count as not fitting, said once at info level — at shutdown a full cache
+// is not a failure (these blocks were never promised to disk). With kIsAFailure (kvctl flush,
+// which asked for the blocks to be written) such puts are failures, and the flush goes on.
 //
 // Thread safety: thread-safe (the cache's calls are).
 #pragma once
@@ -23,7 +35,17 @@
 
 namespace kvmesh {
 
-std::int64_t FlushToDiskTier(TieredCache& cache, int min_priority, std::int64_t* failures,
-                             std::int64_t* skipped_full = nullptr);
+struct FlushCounts {
+  std::int64_t candidates = 0;   // blocks (one per pool and content id) at or above min_priority
+  std::int64_t already = 0;      // candidates the disk tier held already (not written again)
+  std::int64_t written = 0;      // put into the disk tier by this flush
+  std::int64_t failures = 0;     // puts that failed (logged)
+  std::int64_t not_fitting = 0;  // left out: beyond the tier's budget, or the tier was full
+  std::int64_t written_bytes = 0;
+};
+
+enum class FullDiskTier { kEndsTheFlush, kIsAFailure };
+
+FlushCounts FlushToDiskTier(TieredCache& cache, int min_priority, FullDiskTier full);
 
 }  // namespace kvmesh

@@ -109,7 +109,8 @@ int main(int argc, char** argv) {
   std::cout << "kvnode stopped: released " << r.released_sequences << " sequences, flushed "
             << r.flushed_blocks << " blocks to disk in " << r.seconds << " s";
   if (r.flush_skipped_full > 0) {
-    std::cout << " (" << r.flush_skipped_full << " not flushed: the disk tier is at its capacity)";
+    std::cout << " (" << r.flush_skipped_full
+              << " not flushed: beyond the disk tier's capacity; the most valuable were written)";
   }
   if (r.flush_failures > 0)
     std::cout << "; " << r.flush_failures << " flush failures (see the log)";

@@ -80,7 +80,8 @@ struct ShutdownReport {
   std::int64_t released_sequences = 0;
   std::int64_t flushed_blocks = 0;  // written to the disk tier by flush_to_disk
   std::int64_t flush_failures = 0;
-  std::int64_t flush_skipped_full = 0;  // not written: the disk tier was at its capacity
+  // Not written: beyond the disk tier's capacity (node/flush.h).
+  std::int64_t flush_skipped_full = 0;
   double seconds = 0;
 };
 

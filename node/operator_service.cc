@@ -312,14 +312,17 @@ Status OperatorService::Evict(const rpc::EvictRequest& in, rpc::EvictResponse* o
 
 void OperatorService::Flush(rpc::FlushResponse* out) {
   const auto start = std::chrono::steady_clock::now();
-  std::int64_t failures = 0;
-  const std::int64_t written = FlushToDiskTier(*c_.cache, c_.offload_min_priority, &failures);
-  out->set_written(written);
-  out->set_failures(failures);
+  const FlushCounts f =
+      FlushToDiskTier(*c_.cache, c_.offload_min_priority, FullDiskTier::kIsAFailure);
+  out->set_written(f.written);
+  out->set_failures(f.failures);
+  out->set_not_fitting(f.not_fitting);
+  out->set_already_on_disk(f.already);
   out->set_has_disk(c_.cache->engine().disk() != nullptr);
   out->set_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  if (c_.metrics != nullptr) c_.metrics->AddOperatorFlushed(written);
-  KVMESH_LOG_INFO("flush on request written {} failures {}", written, failures);
+  if (c_.metrics != nullptr) c_.metrics->AddOperatorFlushed(f.written);
+  KVMESH_LOG_INFO("flush on request written {} failures {} not_fitting {} already_on_disk {}",
+                  f.written, f.failures, f.not_fitting, f.already);
 }
 
 }  // namespace kvmesh

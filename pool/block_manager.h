@@ -221,6 +221,9 @@ struct CachedBlockInfo {
   std::int32_t depth = 0;  // block index in its prompts
   int priority = kDefaultPriority;
   std::optional<TimePoint> priority_expiry;
+  // The manager's logical use clock when the block was last released (higher: used more
+  // recently); comparable between blocks of one manager only.
+  std::uint64_t last_use = 0;
 };
 
 struct CachedBlockPage {

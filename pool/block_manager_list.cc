@@ -19,6 +19,7 @@ CachedBlockInfo BlockManager::DescribeNode(NodeRef n) const {
   info.num_tokens = tokens_per_block();
   info.depth = node.depth;
   info.priority = node.priority;
+  info.last_use = node.last_use;
   if (node.expiry_ns != kNoExpiry) info.priority_expiry = TimePoint(Nanos(node.expiry_ns));
   return info;
 }

@@ -267,6 +267,10 @@ class RocksDbTier final : public BlockTier {
 
   bool disabled() const { return disabled_.load(std::memory_order_acquire); }
   const BundleCodec* Codec(TierPoolId pool) const;
+  // The bundle bytes that eviction keeps the tier's blocks within now (see Capacity: learned from
+  // the on-disk amplification, so it may shrink as files are written): how much a flush can
+  // write without the tier evicting what the flush wrote before.
+  [[nodiscard]] std::int64_t budget_bytes() const { return Budget(); }
   [[nodiscard]] const RocksDbTierOptions& options() const { return options_; }
 
   static std::string DataColumnFamilyName(TierPoolId pool, const GeometryFingerprint& fp);

@@ -40,10 +40,11 @@ TEST(DevicePoolsFlushTest, FlushWritesEveryCachedDeviceBlockToDiskWithItsBytes) 
   rig.engine().Drain();
   ASSERT_EQ(rig.engine().stats().offload.blocks, 0);
   const std::int64_t staged_before = rig.device().stats().to_host_pairs;
-  std::int64_t failures = 0;
-  const std::int64_t flushed = FlushToDiskTier(rig.cache(), /*min_priority=*/0, &failures);
-  EXPECT_EQ(flushed, 6);
-  EXPECT_EQ(failures, 0);
+  const FlushCounts flushed =
+      FlushToDiskTier(rig.cache(), /*min_priority=*/0, FullDiskTier::kIsAFailure);
+  EXPECT_EQ(flushed.written, 6);
+  EXPECT_EQ(flushed.failures, 0);
+  EXPECT_EQ(flushed.not_fitting, 0);
   // Each block went through the staging copy, once.
   EXPECT_EQ(rig.device().stats().to_host_pairs - staged_before, 6);
   // The disk holds what the device blocks held.
@@ -53,7 +54,9 @@ TEST(DevicePoolsFlushTest, FlushWritesEveryCachedDeviceBlockToDiskWithItsBytes) 
     EXPECT_TRUE(SyntheticBlockMatches(check.view(), 0, id));
   }
   // A second flush finds everything on disk already.
-  EXPECT_EQ(FlushToDiskTier(rig.cache(), 0, &failures), 0);
+  const FlushCounts again = FlushToDiskTier(rig.cache(), 0, FullDiskTier::kIsAFailure);
+  EXPECT_EQ(again.written, 0);
+  EXPECT_EQ(again.already, 6);
   EXPECT_TRUE(rig.manager().CheckInvariants().ok());
 }
 
