@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/check.h"
@@ -24,6 +25,16 @@ std::vector<Token> Prompt(std::uint32_t i) {
 
 constexpr std::uint32_t kPrompts = 14;
 
+// A client of an in-process node, on its Unix socket.
+std::unique_ptr<NodeClient> Connect(Node& node) {
+  NodeClientOptions o;
+  o.address = node.unix_socket();
+  o.secret = kTestSecret;
+  auto c = NodeClient::Connect(o);
+  KVMESH_CHECK(c.ok()) << c.status().ToString();
+  return std::move(*c);
+}
+
 TEST(ShutdownFlushTest, ADiskTierTooSmallKeepsTheMostRecentlyUsedBlocksWithoutAFailure) {
   // 4096 tokens of 12 KiB: a 48 MiB pool. Fourteen prompts of 256 tokens stored and released in
   // order fill 42 MiB of it with cached blocks; the 16 MiB disk tier holds a fraction of them.
@@ -38,20 +49,16 @@ TEST(ShutdownFlushTest, ADiskTierTooSmallKeepsTheMostRecentlyUsedBlocksWithoutAF
   {
     auto node = Node::Start(*config);
     ASSERT_TRUE(node.ok()) << node.status();
-    NodeClientOptions o;
-    o.address = (*node)->unix_socket();
-    o.secret = kTestSecret;
-    auto c = NodeClient::Connect(o);
-    ASSERT_TRUE(c.ok()) << c.status();
+    std::unique_ptr<NodeClient> c = Connect(**node);
     for (std::uint32_t i = 0; i < kPrompts; ++i) {
-      ASSERT_TRUE((*c)->Admit(i + 1, Prompt(i)).ok());
-      ASSERT_TRUE((*c)->StoreFullBlocks(i + 1).ok());
-      ASSERT_TRUE((*c)->Release(i + 1).ok());
+      ASSERT_TRUE(c->Admit(i + 1, Prompt(i)).ok());
+      ASSERT_TRUE(c->StoreFullBlocks(i + 1).ok());
+      ASSERT_TRUE(c->Release(i + 1).ok());
     }
-    auto cached = (*c)->Lookup(Prompt(kPrompts - 1));
+    auto cached = c->Lookup(Prompt(kPrompts - 1));
     ASSERT_TRUE(cached.ok()) << cached.status();
     cached_tokens = cached->pool_tokens();
-    c->reset();
+    c.reset();
     r = (*node)->Shutdown();
   }
   EXPECT_GT(r.flushed_blocks, 0);
@@ -62,21 +69,17 @@ TEST(ShutdownFlushTest, ADiskTierTooSmallKeepsTheMostRecentlyUsedBlocksWithoutAF
   // A node started on the same folder finds the last prompt's blocks on disk, the first's not.
   auto node = Node::Start(*config);
   ASSERT_TRUE(node.ok()) << node.status();
-  NodeClientOptions o;
-  o.address = (*node)->unix_socket();
-  o.secret = kTestSecret;
-  auto c = NodeClient::Connect(o);
-  ASSERT_TRUE(c.ok()) << c.status();
-  auto last = (*c)->Lookup(Prompt(kPrompts - 1));
+  std::unique_ptr<NodeClient> c = Connect(**node);
+  auto last = c->Lookup(Prompt(kPrompts - 1));
   ASSERT_TRUE(last.ok()) << last.status();
   // The pool matched 255 tokens (the last block in part); a tier restores whole blocks before the
   // prompt's last token, which is always computed: 15 blocks of 16.
   EXPECT_EQ(cached_tokens, 255);
   EXPECT_EQ(last->disk_tokens(), 240) << "the prompt used last was not kept";
-  auto first = (*c)->Lookup(Prompt(0));
+  auto first = c->Lookup(Prompt(0));
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->disk_tokens(), 0) << "the prompt used first was kept";
-  c->reset();
+  c.reset();
   (*node)->Shutdown();
 }
 
