@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct Candidate {
   int priority = 0;
   bool in_pool = false;          // else in the host tier
   std::uint64_t last_use = 0;    // pool blocks: the manager's use clock
+  std::int32_t depth = 0;        // pool blocks: the block's index in its prompts
   int host_pool = 0;             // host-tier blocks: their pool
   std::int64_t blocks = 0;       // blocks (one per pool) not on disk yet
   std::int64_t bytes = 0;        // their bundle bytes
@@ -27,10 +29,28 @@ struct Candidate {
   std::int64_t held_bytes = 0;   // their bundle bytes
 };
 
-// Most valuable first: priority, then pool before host tier, then the most recently used.
+// Most valuable first: priority, then pool before host tier, then the most recently used, then the
+// shallower. A pool block's priority and last use here are the highest of its subtree's
+// (Inherit), so that a block never ranks below one of its descendants: a descendant is restored
+// only through it, and the deeper blocks of a prompt are released last.
 bool MoreValuable(const Candidate& a, const Candidate& b) {
-  return std::tuple(a.priority, a.in_pool, a.last_use) >
-         std::tuple(b.priority, b.in_pool, b.last_use);
+  return std::tuple(a.priority, a.in_pool, a.last_use, -a.depth) >
+         std::tuple(b.priority, b.in_pool, b.last_use, -b.depth);
+}
+
+// Raises every pool candidate's priority and last use to the highest of its descendants among the
+// candidates (`parents[i]`: the index of candidate i's parent, or -1).
+void Inherit(std::vector<Candidate>& all, const std::vector<std::ptrdiff_t>& parents) {
+  std::vector<std::size_t> deepest_first(all.size());
+  for (std::size_t i = 0; i < all.size(); ++i) deepest_first[i] = i;
+  std::sort(deepest_first.begin(), deepest_first.end(),
+            [&](std::size_t a, std::size_t b) { return all[a].depth > all[b].depth; });
+  for (const std::size_t i : deepest_first) {
+    if (parents[i] < 0) continue;
+    Candidate& up = all[static_cast<std::size_t>(parents[i])];
+    up.priority = std::max(up.priority, all[i].priority);
+    up.last_use = std::max(up.last_use, all[i].last_use);
+  }
 }
 
 }  // namespace
@@ -60,12 +80,14 @@ FlushCounts FlushToDiskTier(TieredCache& cache, int min_priority, FullDiskTier f
   // stays in the host tier) is the same block, not another candidate.
   std::vector<std::unordered_set<ContentId, ContentIdHash>> in_pool(
       static_cast<std::size_t>(num_pools));
+  std::vector<ContentId> parent_ids;  // of the pool candidates, in order
   std::uint64_t cursor = 0;
   do {
     const CachedBlockPage page = cache.manager().ListCachedBlocks(cursor, 4096);
     for (const CachedBlockInfo& b : page.blocks) {
       if (b.priority < min_priority) continue;
-      Candidate k{b.content_id, b.priority, true, b.last_use, 0};
+      parent_ids.push_back(b.parent_id);
+      Candidate k{b.content_id, b.priority, true, b.last_use, b.depth, 0};
       for (int p = 0; p < num_pools; ++p) {
         if (b.block_ids[static_cast<std::size_t>(p)] < 0) continue;
         ++c.candidates;
@@ -83,6 +105,17 @@ FlushCounts FlushToDiskTier(TieredCache& cache, int min_priority, FullDiskTier f
     }
     cursor = page.next_cursor;
   } while (cursor != 0);
+  {
+    std::unordered_map<ContentId, std::ptrdiff_t, ContentIdHash> index;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      index.emplace(all[i].id, static_cast<std::ptrdiff_t>(i));
+    }
+    std::vector<std::ptrdiff_t> parents(all.size(), -1);
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (auto it = index.find(parent_ids[i]); it != index.end()) parents[i] = it->second;
+    }
+    Inherit(all, parents);
+  }
   HostTier* host = engine.host();
   if (host != nullptr) {
     for (int p = 0; p < num_pools; ++p) {
@@ -91,7 +124,7 @@ FlushCounts FlushToDiskTier(TieredCache& cache, int min_priority, FullDiskTier f
           return;
         }
         ++c.candidates;
-        Candidate k{b.id, b.priority, false, 0, p};
+        Candidate k{b.id, b.priority, false, 0, 0, p};
         const auto n = static_cast<std::int64_t>(b.bundle.size());
         if (disk->Contains(b.pool, b.id)) {
           k.held_blocks = 1;

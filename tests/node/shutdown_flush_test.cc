@@ -3,6 +3,7 @@
 // exits 0 (node/flush.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -66,19 +67,25 @@ TEST(ShutdownFlushTest, ADiskTierTooSmallKeepsTheMostRecentlyUsedBlocksWithoutAF
   EXPECT_GT(r.flush_skipped_full, 0) << r.flushed_blocks << " blocks flushed, none left out";
   EXPECT_EQ(r.flushed_blocks + r.flush_skipped_full, kPrompts * 16);
 
-  // A node started on the same folder finds the last prompt's blocks on disk, the first's not.
+  // A node started on the same folder finds on disk the blocks of the prompts used last, each a
+  // prefix from its first block: the last prompt whole, and so on back until the flushed blocks
+  // run out; the first prompt has none.
   auto node = Node::Start(*config);
   ASSERT_TRUE(node.ok()) << node.status();
   std::unique_ptr<NodeClient> c = Connect(**node);
-  auto last = c->Lookup(Prompt(kPrompts - 1));
-  ASSERT_TRUE(last.ok()) << last.status();
-  // The pool matched 255 tokens (the last block in part); a tier restores whole blocks before the
-  // prompt's last token, which is always computed: 15 blocks of 16.
+  // The pool matched 255 tokens of the last prompt (its last block in part); a tier restores whole
+  // blocks before a prompt's last token, which is always computed: at most 15 blocks of 16.
   EXPECT_EQ(cached_tokens, 255);
-  EXPECT_EQ(last->disk_tokens(), 240) << "the prompt used last was not kept";
-  auto first = c->Lookup(Prompt(0));
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(first->disk_tokens(), 0) << "the prompt used first was kept";
+  std::int64_t left = r.flushed_blocks;
+  for (std::uint32_t i = kPrompts; i-- > 0;) {
+    const std::int64_t kept = std::min<std::int64_t>(left, 16);
+    left -= kept;
+    auto found = c->Lookup(Prompt(i));
+    ASSERT_TRUE(found.ok()) << found.status();
+    EXPECT_EQ(found->disk_tokens(), std::min<std::int64_t>(kept, 15) * 16)
+        << "prompt " << i << " of " << kPrompts << " (used in that order), " << r.flushed_blocks
+        << " blocks flushed";
+  }
   c.reset();
   (*node)->Shutdown();
 }
