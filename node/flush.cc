@@ -160,8 +160,7 @@ FlushCounts FlushToDiskTier(TieredCache& cache, int min_priority, FullDiskTier f
   if (kept < all.size()) {
     KVMESH_LOG_INFO(
         "flush to disk: {} of {} candidate blocks do not fit in the disk tier's budget of {} "
-        "bytes; "
-        "writing the most valuable",
+        "bytes; writing the most valuable",
         c.not_fitting, c.candidates, budget);
   }
   KVMESH_LOG_INFO("flush to disk: writing {} blocks ({} bytes), {} already on disk",
