@@ -194,7 +194,8 @@ FlushCounts FlushToDiskTier(TieredCache& cache, int min_priority, FullDiskTier f
     }
   };
 
-  // Least valuable first: host-tier blocks (at a priority, below every pool block), then the
+  // Host-tier blocks first (at equal priority they rank below every pool block; one of a higher
+  // priority is protected by the tier's eviction, which takes the lowest priority first), then the
   // pool blocks from the least valuable kept on.
   if (host != nullptr) {
     std::vector<std::unordered_set<ContentId, ContentIdHash>> selected(
