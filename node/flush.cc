@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -14,6 +15,8 @@ namespace {
 
 using Steady = std::chrono::steady_clock;
 constexpr auto kProgressEvery = std::chrono::seconds(5);
+constexpr auto kFullRetryEvery = std::chrono::milliseconds(100);
+constexpr std::int64_t kLoggedFailures = 5;
 
 // A candidate: a cached pool block (every pool that holds it) or one host-tier block.
 struct Candidate {
@@ -55,7 +58,8 @@ void Inherit(std::vector<Candidate>& all, const std::vector<std::ptrdiff_t>& par
 
 }  // namespace
 
-FlushCounts FlushToDiskTier(TieredCache& cache, int min_priority, FullDiskTier full) {
+FlushCounts FlushToDiskTier(TieredCache& cache, const FlushOptions& options) {
+  const int min_priority = options.min_priority;
   FlushCounts c;
   OffloadEngine& engine = cache.engine();
   RocksDbTier* disk = engine.disk();
@@ -166,25 +170,49 @@ FlushCounts FlushToDiskTier(TieredCache& cache, int min_priority, FullDiskTier f
   KVMESH_LOG_INFO("flush to disk: writing {} blocks ({} bytes), {} already on disk",
                   to_write_blocks, to_write_bytes, c.already);
 
-  bool tier_full = false;  // the tier answered kResourceExhausted and that ends the flush
+  bool tier_full = false;  // the tier stayed full past the wait and that ends the flush
+  Steady::duration wait_left = options.full_wait;
   auto last_log = Steady::now();
-  // Runs `write` (a put) unless the tier is known full, and counts what it did.
+  // Runs `write` (a put) unless the tier is known full, waiting while it is full (within the
+  // flush's wait), and counts what it did.
   const auto put = [&](std::int64_t bytes, const auto& write) {
     if (tier_full) {
       ++c.not_fitting;
       return;
     }
-    const Status st = write();
+    Status st = write();
+    if (st.IsResourceExhausted() && wait_left > Steady::duration::zero()) {
+      KVMESH_LOG_INFO(
+          "flush to disk: the disk tier is full ({}); waiting up to {:.1f} s for it to reclaim "
+          "room",
+          st.message(), std::chrono::duration<double>(wait_left).count());
+      const auto wait_start = Steady::now();
+      while (st.IsResourceExhausted() && Steady::now() - wait_start < wait_left) {
+        std::this_thread::sleep_for(kFullRetryEvery);
+        st = write();
+      }
+      const auto waited = Steady::now() - wait_start;
+      wait_left -= std::min(waited, wait_left);
+      c.full_wait_seconds += std::chrono::duration<double>(waited).count();
+      if (st.ok()) {
+        KVMESH_LOG_INFO("flush to disk: the disk tier takes puts again after {:.1f} s",
+                        std::chrono::duration<double>(waited).count());
+      }
+    }
     if (st.ok()) {
       ++c.written;
       c.written_bytes += bytes;
-    } else if (st.IsResourceExhausted() && full == FullDiskTier::kEndsTheFlush) {
+    } else if (st.IsResourceExhausted() && options.full == FullDiskTier::kEndsTheFlush) {
       tier_full = true;
       ++c.not_fitting;
       KVMESH_LOG_INFO("flush to disk stopped: the disk tier is at its capacity ({})", st.message());
     } else {
-      ++c.failures;
-      KVMESH_LOG_WARN("flush to disk failed error {}", st.ToString());
+      // The first few are logged; the rest are counted (a full tier would fail every one).
+      if (++c.failures <= kLoggedFailures) {
+        KVMESH_LOG_WARN(
+            "flush to disk failed error {}{}", st.ToString(),
+            c.failures == kLoggedFailures ? " (further failures counted, not logged)" : "");
+      }
     }
     if (const auto now = Steady::now(); now - last_log >= kProgressEvery) {
       last_log = now;
@@ -238,9 +266,9 @@ FlushCounts FlushToDiskTier(TieredCache& cache, int min_priority, FullDiskTier f
   engine.Drain();
   KVMESH_LOG_INFO(
       "flush to disk done: {} blocks written ({} bytes) in {:.1f} s, {} already on disk, {} did "
-      "not fit, {} failed",
+      "not fit, {} failed, {:.1f} s waiting for a full tier",
       c.written, c.written_bytes, std::chrono::duration<double>(Steady::now() - start).count(),
-      c.already, c.not_fitting, c.failures);
+      c.already, c.not_fitting, c.failures, c.full_wait_seconds);
   return c;
 }
 

@@ -24,14 +24,20 @@
 // a disk tier.
 //
 // A disk tier that refuses a put as full (kResourceExhausted: its files are at the on-disk
-// capacity while compaction catches up) ends the flush when `full` is kEndsTheFlush: that block and
-// every one not yet tried count as not fitting, said once at info level — at shutdown a full cache
-// is not a failure (these blocks were never promised to disk). With kIsAFailure (kvctl flush,
-// which asked for the blocks to be written) such puts are failures, and the flush goes on.
+// capacity while compaction reclaims the blocks it evicted — a large flush into a tier at its
+// steady state evicts as much as it writes) is waited for: the put is retried every 100 ms while
+// the tier's upkeep collects the garbage, for at most `full_wait` over the whole flush, with a log
+// line when the wait starts and when the tier takes puts again. The blocks written last are the
+// most valuable, so ending at the first refusal would drop exactly those. A tier still full after
+// that ends the flush when `full` is kEndsTheFlush: that block and every one not yet tried count
+// as not fitting, said once at info level — at shutdown a full cache is not a failure (these
+// blocks were never promised to disk). With kIsAFailure (kvctl flush, which asked for the blocks
+// to be written) such puts are failures, and the flush goes on.
 //
 // Thread safety: thread-safe (the cache's calls are).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 
 #include "store/tiered_cache.h"
@@ -45,10 +51,18 @@ struct FlushCounts {
   std::int64_t failures = 0;     // puts that failed (logged)
   std::int64_t not_fitting = 0;  // left out: beyond the tier's budget, or the tier was full
   std::int64_t written_bytes = 0;
+  double full_wait_seconds = 0;  // spent waiting for a full tier to take puts again
 };
 
 enum class FullDiskTier { kEndsTheFlush, kIsAFailure };
 
-FlushCounts FlushToDiskTier(TieredCache& cache, int min_priority, FullDiskTier full);
+struct FlushOptions {
+  int min_priority = 0;  // candidates: blocks of at least this priority
+  FullDiskTier full = FullDiskTier::kEndsTheFlush;
+  // The longest the whole flush waits for a full disk tier to take puts again (see above).
+  std::chrono::milliseconds full_wait{30000};
+};
+
+FlushCounts FlushToDiskTier(TieredCache& cache, const FlushOptions& options);
 
 }  // namespace kvmesh

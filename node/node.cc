@@ -570,8 +570,9 @@ ShutdownReport Node::Shutdown() {
   r.released_sequences = service_->released_on_close() - released_before;
   if (config_.shutdown.flush_to_disk) {
     // Every connection is closed: nothing writes the pools any more.
-    const FlushCounts f = FlushToDiskTier(*cache_, config_.kv_cache.secondary_offload_min_priority,
-                                          FullDiskTier::kEndsTheFlush);
+    const FlushCounts f =
+        FlushToDiskTier(*cache_, {.min_priority = config_.kv_cache.secondary_offload_min_priority,
+                                  .full = FullDiskTier::kEndsTheFlush});
     r.flushed_blocks = f.written;
     r.flush_failures = f.failures;
     r.flush_skipped_full = f.not_fitting;

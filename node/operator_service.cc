@@ -312,8 +312,8 @@ Status OperatorService::Evict(const rpc::EvictRequest& in, rpc::EvictResponse* o
 
 void OperatorService::Flush(rpc::FlushResponse* out) {
   const auto start = std::chrono::steady_clock::now();
-  const FlushCounts f =
-      FlushToDiskTier(*c_.cache, c_.offload_min_priority, FullDiskTier::kIsAFailure);
+  const FlushCounts f = FlushToDiskTier(
+      *c_.cache, {.min_priority = c_.offload_min_priority, .full = FullDiskTier::kIsAFailure});
   out->set_written(f.written);
   out->set_failures(f.failures);
   out->set_not_fitting(f.not_fitting);

@@ -41,7 +41,7 @@ TEST(DevicePoolsFlushTest, FlushWritesEveryCachedDeviceBlockToDiskWithItsBytes) 
   ASSERT_EQ(rig.engine().stats().offload.blocks, 0);
   const std::int64_t staged_before = rig.device().stats().to_host_pairs;
   const FlushCounts flushed =
-      FlushToDiskTier(rig.cache(), /*min_priority=*/0, FullDiskTier::kIsAFailure);
+      FlushToDiskTier(rig.cache(), {.min_priority = 0, .full = FullDiskTier::kIsAFailure});
   EXPECT_EQ(flushed.written, 6);
   EXPECT_EQ(flushed.failures, 0);
   EXPECT_EQ(flushed.not_fitting, 0);
@@ -54,7 +54,7 @@ TEST(DevicePoolsFlushTest, FlushWritesEveryCachedDeviceBlockToDiskWithItsBytes) 
     EXPECT_TRUE(SyntheticBlockMatches(check.view(), 0, id));
   }
   // A second flush finds everything on disk already.
-  const FlushCounts again = FlushToDiskTier(rig.cache(), 0, FullDiskTier::kIsAFailure);
+  const FlushCounts again = FlushToDiskTier(rig.cache(), {.full = FullDiskTier::kIsAFailure});
   EXPECT_EQ(again.written, 0);
   EXPECT_EQ(again.already, 6);
   EXPECT_TRUE(rig.manager().CheckInvariants().ok());

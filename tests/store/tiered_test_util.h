@@ -26,7 +26,8 @@ struct RigOptions {
   std::int64_t host_blocks = 0;  // 0 = no host tier
   std::string disk_path;         // empty = no disk tier
   std::int64_t disk_blocks = 0;
-  rocksdb::Env* disk_env = nullptr;  // null: the default (real files)
+  std::int64_t disk_fixed_budget_bytes = 0;  // RocksDbTierOptions::fixed_budget_bytes (0: learned)
+  rocksdb::Env* disk_env = nullptr;          // null: the default (real files)
   int copy_threads = 1;
   int offload_min_priority = kTierDefaultPriority;
   EvictionPolicyKind policy = EvictionPolicyKind::kPriorityLru;
@@ -89,6 +90,7 @@ class Rig {
       d.capacity_bytes = o.disk_blocks * bundle;
       d.write_buffer_bytes = 4 << 20;
       d.env = o.disk_env;
+      d.fixed_budget_bytes = o.disk_fixed_budget_bytes;
       t.offload.disk = d;
     }
     t.offload.copy_threads = o.copy_threads;
