@@ -23,7 +23,7 @@ struct Candidate {
   ContentId id;
   int priority = 0;
   bool in_pool = false;          // else in the host tier
-  std::uint64_t last_use = 0;    // pool blocks: the manager's use clock
+  std::uint64_t last_use = 0;    // the manager's use clock, or the host tier's (per pool)
   std::int32_t depth = 0;        // pool blocks: the block's index in its prompts
   int host_pool = 0;             // host-tier blocks: their pool
   std::int64_t blocks = 0;       // blocks (one per pool) not on disk yet
@@ -32,10 +32,11 @@ struct Candidate {
   std::int64_t held_bytes = 0;   // their bundle bytes
 };
 
-// Most valuable first: priority, then pool before host tier, then the most recently used, then the
-// shallower. A pool block's priority and last use here are the highest of its subtree's
-// (Inherit), so that a block never ranks below one of its descendants: a descendant is restored
-// only through it, and the deeper blocks of a prompt are released last.
+// Most valuable first: priority, then pool before host tier, then the most recently used (pool
+// blocks by the manager's clock, host-tier blocks by the host tier's), then the shallower. A pool
+// block's priority and last use here are the highest of its subtree's (Inherit), so that a block
+// never ranks below one of its descendants: a descendant is restored only through it, and the
+// deeper blocks of a prompt are released last.
 bool MoreValuable(const Candidate& a, const Candidate& b) {
   return std::tuple(a.priority, a.in_pool, a.last_use, -a.depth) >
          std::tuple(b.priority, b.in_pool, b.last_use, -b.depth);
@@ -128,7 +129,7 @@ FlushCounts FlushToDiskTier(TieredCache& cache, const FlushOptions& options) {
           return;
         }
         ++c.candidates;
-        Candidate k{b.id, b.priority, false, 0, 0, p};
+        Candidate k{b.id, b.priority, false, b.last_use, 0, p};
         const auto n = static_cast<std::int64_t>(b.bundle.size());
         if (disk->Contains(b.pool, b.id)) {
           k.held_blocks = 1;

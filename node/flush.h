@@ -7,15 +7,17 @@
 // host-tier blocks (a host-tier block was evicted from the pool, so it was used less recently),
 // then the pool blocks used most recently, where a pool block ranks with the highest priority and
 // latest use of its subtree (a block is restored only after its parent, so a parent never ranks
-// below its descendants, and of blocks that rank alike the shallower goes first) — less the ones
-// the tier holds already (they stay, and count against the budget). The rest are not written and
-// are counted as not fitting: writing them would only make the tier evict blocks the same flush
-// wrote (a flush of 30,440 blocks into a tier with room for 12,738 once wrote all of them, for 36
-// s, and kept the last written). Blocks are written least valuable first, so that if the budget
-// shrinks meanwhile (it is learned from the files on disk), the tier's eviction — lowest priority,
-// then oldest write — takes the least valuable of them. Blocks the tier held before and the flush
-// does not touch are older than every block the flush writes, and are evicted first at equal
-// priority.
+// below its descendants, and of blocks that rank alike the shallower goes first), and the
+// host-tier blocks used most recently (the host tier keeps no tree; the pool evicts a child before
+// its parent, so a parent usually entered the host tier after its child and ranks above it) — less
+// the ones the tier holds already (they stay, and count against the budget). The rest are not
+// written and are counted as not fitting: writing them would only make the tier evict blocks the
+// same flush wrote (a flush of 30,440 blocks into a tier with room for 12,738 once wrote all of
+// them, for 36 s, and kept the last written). Blocks are written least valuable first, so that if
+// the budget shrinks meanwhile (it is learned from the files on disk), the tier's eviction — lowest
+// priority, then oldest write — takes the least valuable of them. Blocks the tier held before and
+// the flush does not touch are older than every block the flush writes, and are evicted first at
+// equal priority.
 //
 // Pool blocks are pinned (PinByContentId) while they are read, so a running node may keep serving:
 // a pinned block is never evicted or rewritten, and a block evicted before its turn is skipped (it

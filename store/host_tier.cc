@@ -123,10 +123,11 @@ const BundleCodec* HostTier::Codec(TierPoolId pool) const {
 
 // A use of the slot's block ended (written or read): it becomes evictable, most recently used.
 void HostTier::MakeEvictable(Shard& shard, std::int32_t slot) {
-  const Slot& s = shard.slots[slot];
+  Slot& s = shard.slots[slot];
   const auto e = static_cast<EvictionEntry>(slot);
   KVMESH_CHECK(!shard.policy->Contains(e) && s.state == SlotState::kReady);
-  shard.policy->OnRelease(e, ++shard.stamp, /*leaf=*/true);
+  s.last_use = ++shard.stamp;
+  shard.policy->OnRelease(e, shard.stamp, /*leaf=*/true);
   shard.policy->Insert(e, s.priority, shard.stamp);
 }
 
@@ -406,6 +407,7 @@ std::int64_t HostTier::ForEachBlock(TierPoolId pool,
       b.pool = pool;
       b.id = s.id;
       b.priority = s.priority;
+      b.last_use = s.last_use;
     }
     b.bundle = {SlotData(shard, slot), n};
     fn(b);

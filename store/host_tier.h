@@ -108,7 +108,8 @@ class HostTier final : public BlockTier {
   // fn runs (not evicted or reused meanwhile); blocks put during the walk may or may not be seen,
   // and a victim being spilled is not. Each visited block becomes the most recently used. fn must
   // not call into this tier for the same pool. Returns how many blocks fn saw (0 for an unknown
-  // pool). For flushing at shutdown.
+  // pool). The bundles' last_use: the pool's use stamps (larger: used more recently). For flushing
+  // at shutdown.
   std::int64_t ForEachBlock(TierPoolId pool, const std::function<void(const EvictedBundle&)>& fn);
 
   Status GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
@@ -165,6 +166,7 @@ class HostTier final : public BlockTier {
     bool erase_pending = false;  // removed from the index; free it when its users are done
     bool spilling = false;       // a ready victim being handed to the sink (still readable)
     bool victim_erased = false;  // spilling, and erased meanwhile (already out of the index)
+    std::uint64_t last_use = 0;  // the shard's stamp when a use of it last ended
   };
   struct Shard {
     Shard(HostTierPool config, BundleCodec codec) : config(config), codec(std::move(codec)) {}

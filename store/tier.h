@@ -134,6 +134,7 @@ struct EvictedBundle {
   ContentId id;
   int priority = kTierDefaultPriority;
   std::span<const std::byte> bundle;
+  std::uint64_t last_use = 0;  // HostTier::ForEachBlock: the host tier's use stamp; else 0
 };
 
 class BlockTier {

@@ -1,7 +1,8 @@
 // The flush into the disk tier (node/flush.h) when the tier refuses puts as full: its files at the
 // on-disk write limit while the blocks it evicted wait for a garbage collection. The flush waits
 // for the tier (the blocks it writes last are the most valuable), and only a tier still full after
-// the wait ends a shutdown flush (not a failure) or fails the rest of a requested one.
+// the wait ends a shutdown flush (not a failure) or fails the rest of a requested one. And which
+// host-tier blocks a budget cut keeps.
 //
 // A tier of 16 MiB on disk (puts refused above 80%: 12.8 MiB) with a logical budget fixed at
 // 64 MiB, so that the flush selects every candidate and the on-disk limit is what stops it.
@@ -145,6 +146,43 @@ TEST(FlushTest, AFlushWaitsForAFullTierToReclaimRoomAndWritesEveryBlock) {
     ASSERT_TRUE(disk.Get(kPool, id, check.view(), 0).ok()) << d;
     EXPECT_TRUE(SyntheticBlockMatches(check.view(), 0, id)) << d;
   }
+}
+
+// A budget cut among host-tier blocks keeps the ones used most recently (the host tier's own
+// recency), not the first slots: 16 single-block prompts through a pool of 4 blocks leave 12 in
+// the host tier, evicted in the order they ran; two of the oldest are then read from the host tier
+// (a restore's read), which makes them its most recently used. A disk tier with room for 8 blocks
+// takes the 4 pool blocks and, of the host tier's, those two and the two evicted last.
+TEST(FlushTest, ABudgetCutInTheHostTierKeepsItsMostRecentlyUsedBlocks) {
+  TempDir dir;
+  RigOptions o;
+  o.layout = LayoutOf(store_test::TierShapes()[0].geometry);  // 16 KiB blocks
+  o.pool_blocks = 4;
+  o.host_blocks = 32;
+  o.disk_path = dir.path();
+  o.disk_blocks = 8;  // below 16 MiB: a budget of 8 bundles
+  Rig rig(o);
+  const std::int32_t t = rig.tokens_per_block();
+  std::vector<ContentId> ids;
+  for (int d = 0; d < 16; ++d) {
+    rig.Run(d + 1, Doc(t, d), WholeBlocks());
+    ids.push_back(rig.Ids(Doc(t, d), WholeBlocks())[0]);
+  }
+  rig.engine().Drain();
+  HostTier& host = *rig.engine().host();
+  ASSERT_EQ(host.stats().entries, 12);
+  TestPool scratch(rig.view().layout, 1, 1.0f);
+  for (const int d : {3, 1}) ASSERT_TRUE(host.Get(kPool, ids[d], scratch.view(), 0).ok()) << d;
+  const FlushCounts f = FlushToDiskTier(rig.cache(), {.full = FullDiskTier::kEndsTheFlush});
+  EXPECT_EQ(f.candidates, 16);
+  EXPECT_EQ(f.written, 8);
+  EXPECT_EQ(f.not_fitting, 8);
+  RocksDbTier& disk = *rig.engine().disk();
+  std::vector<int> on_disk;
+  for (int d = 0; d < 16; ++d) {
+    if (disk.Contains(kPool, ids[d])) on_disk.push_back(d);
+  }
+  EXPECT_EQ(on_disk, (std::vector<int>{1, 3, 10, 11, 12, 13, 14, 15}));
 }
 
 }  // namespace
