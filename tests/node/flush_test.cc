@@ -22,6 +22,7 @@ namespace kvmesh {
 namespace {
 
 using store_test::Doc;
+using store_test::Geometry256K;
 using store_test::IdFor;
 using store_test::LayoutOf;
 using store_test::Rig;
@@ -31,19 +32,6 @@ using store_test::TestPool;
 using store_test::WholeBlocks;
 
 constexpr TierPoolId kPool{0};
-
-// 256 KiB blocks (BF16, 2 layers, K and V, 4 heads, 64 tokens, head_dim 128).
-KvPoolGeometry Geometry256K() {
-  KvPoolGeometry g;
-  g.dtype = KvDtype::kBF16;
-  g.layout = KvLayout::kHND;
-  g.num_layers = 2;
-  g.kv_factor = 2;
-  g.num_kv_heads = 4;
-  g.tokens_per_block = 64;
-  g.head_dim = 128;
-  return g;
-}
 
 RigOptions FullTierRig(const std::string& path, std::int64_t pool_blocks) {
   RigOptions o;

@@ -18,25 +18,13 @@ namespace kvmesh {
 namespace {
 
 namespace fs = std::filesystem;
+using store_test::Geometry256K;
 using store_test::IdFor;
 using store_test::LayoutOf;
 using store_test::TempDir;
 using store_test::TestPool;
 
 constexpr TierPoolId kPool{0};
-
-// 256 KiB blocks (BF16, 2 layers, K and V, 4 heads, 64 tokens, head_dim 128).
-KvPoolGeometry Geometry256K() {
-  KvPoolGeometry g;
-  g.dtype = KvDtype::kBF16;
-  g.layout = KvLayout::kHND;
-  g.num_layers = 2;
-  g.kv_factor = 2;
-  g.num_kv_heads = 4;
-  g.tokens_per_block = 64;
-  g.head_dim = 128;
-  return g;
-}
 
 struct DiskUse {
   std::int64_t sst = 0, blob = 0, blob_files = 0;

@@ -83,6 +83,18 @@ std::vector<Shape> TierShapes() {
   return out;
 }
 
+KvPoolGeometry Geometry256K() {
+  KvPoolGeometry g;
+  g.dtype = KvDtype::kBF16;
+  g.layout = KvLayout::kHND;
+  g.num_layers = 2;
+  g.kv_factor = 2;
+  g.num_kv_heads = 4;
+  g.tokens_per_block = 64;
+  g.head_dim = 128;
+  return g;
+}
+
 KvPoolLayout LayoutOf(const KvPoolGeometry& g) {
   auto layout = MakeKvPoolLayout(g);
   KVMESH_CHECK(layout.ok()) << layout.status().ToString();

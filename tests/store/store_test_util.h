@@ -30,6 +30,9 @@ std::vector<Shape> AllShapes();
 std::vector<Shape> TierShapes();
 
 KvPoolLayout LayoutOf(const KvPoolGeometry& g);  // checks MakeKvPoolLayout succeeded
+// 256 KiB blocks (BF16 HND, 2 layers, K and V, 4 heads, 64 tokens, head_dim 128): a few tens of
+// them fill a small RocksDB tier.
+KvPoolGeometry Geometry256K();
 
 // Owns the memory of a pool of `blocks` blocks (every present component).
 class TestPool {
