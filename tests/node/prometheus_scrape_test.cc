@@ -4,7 +4,9 @@
 // queries: each selector of each panel's `expr` and of the templating queries must match series
 // (/api/v1/series), every label a panel groups by must be on them, the metric's type must be what
 // the query assumes (/api/v1/metadata: `_total` a counter, `_bucket` a histogram, the rest gauges),
-// and the whole expression must evaluate to a non-empty vector (/api/v1/query). Prometheus runs
+// and the whole expression must evaluate to a non-empty vector (/api/v1/query). The same
+// Prometheus loads the alerting rules (deploy/prometheus/kvmesh-alerts.yml): the metrics they
+// select must exist likewise, and none may fire on this healthy node. Prometheus runs
 // in the test's scratch directory on a free port and is stopped by its PID when the test ends, also
 // when it fails (ChildProcess).
 #include <gmock/gmock.h>
@@ -204,7 +206,10 @@ TEST(PrometheusScrapeTest, EveryMetricTheDashboardQueriesExistsInPrometheus) {
   const int port = FreeLoopbackPort();
   ASSERT_GT(port, 0);
   const std::filesystem::path config = dir.path() / "prometheus.yml";
+  const std::filesystem::path rules =
+      std::filesystem::path(KVMESH_SOURCE_DIR) / "deploy/prometheus/kvmesh-alerts.yml";
   std::ofstream(config) << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                        << "rule_files:\n  - '" << rules.string() << "'\n"
                         << "scrape_configs:\n  - job_name: kvnode\n    static_configs:\n"
                         << "      - targets: ['" << metrics << "']\n";
   auto prom = ChildProcess::Spawn(
@@ -255,6 +260,43 @@ TEST(PrometheusScrapeTest, EveryMetricTheDashboardQueriesExistsInPrometheus) {
     EXPECT_FALSE(result["result"].empty()) << "the query has no result";
   }
   EXPECT_GE(checked.size(), 25u);
+
+  // The alerting rules (deploy/prometheus/kvmesh-alerts.yml; their own unit tests are
+  // deploy_alert_rules_test), loaded by this Prometheus: every metric they select has series of
+  // the type the rule assumes, each rule evaluates without error, and none fires on this healthy
+  // node (a rule that is always true would).
+  Json alert_rules;
+  for (const auto until = Steady::now() + std::chrono::seconds(20); Steady::now() < until;) {
+    const Json groups = Api(port, "/api/v1/rules", "type", "alert");
+    ASSERT_TRUE(groups.is_object()) << groups;
+    alert_rules = Json::array();
+    bool evaluated = true;
+    for (const Json& g : groups["groups"]) {
+      for (const Json& r : g["rules"]) {
+        alert_rules.push_back(r);
+        evaluated = evaluated && r.value("health", "") != "unknown";
+      }
+    }
+    if (evaluated && !alert_rules.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_GE(alert_rules.size(), 15u) << "prometheus did not load " << rules;
+  for (const Json& r : alert_rules) {
+    const std::string name = r.value("name", "");
+    const std::string query = r.value("query", "");
+    SCOPED_TRACE("alert " + name + ": " + query);
+    EXPECT_EQ(r.value("health", ""), "ok") << r.value("lastError", "");
+    EXPECT_NE(r.value("state", ""), "firing") << r.dump();
+    for (const auto& [metric, selector] : Selectors(query)) {
+      const Json series = Api(port, "/api/v1/series", "match%5B%5D", selector);
+      ASSERT_TRUE(series.is_array()) << selector << ": " << series;
+      EXPECT_FALSE(series.empty()) << "no series in prometheus for " << selector;
+      const Json meta = Api(port, "/api/v1/metadata", "metric", MetadataName(metric));
+      ASSERT_TRUE(meta.is_object() && meta.contains(MetadataName(metric)))
+          << "no metadata for " << metric;
+      EXPECT_EQ(meta[MetadataName(metric)][0]["type"], ExpectedType(metric)) << metric;
+    }
+  }
   // Stopped by its PID; a clean exit on SIGTERM.
   (*prom)->Signal(SIGTERM);
   const auto st = (*prom)->Wait(std::chrono::seconds(20));
