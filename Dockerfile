@@ -6,7 +6,7 @@ RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-ins
       libgtest-dev libgmock-dev libbenchmark-dev \
       libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev \
       libssl-dev libxxhash-dev librocksdb-dev libucx-dev \
-      libboost-dev libboost-system-dev libprotobuf-dev protobuf-compiler \
+      libboost-dev libboost-system-dev libprotobuf-dev protobuf-compiler libsystemd-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . /src
@@ -16,7 +16,7 @@ RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
 FROM debian:12
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libspdlog1.10 libfmt9 libyaml-cpp0.7 libssl3 libxxhash0 librocksdb7.8 libucx0 \
-      libprotobuf32 ca-certificates \
+      libprotobuf32 libsystemd0 ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /build/node/kvnode /build/cli/kvctl /build/node/kvmesh-synth /usr/local/bin/
 RUN mkdir -p /var/lib/kvmesh /etc/kvmesh

@@ -45,6 +45,8 @@ else()
   # PkgConfig::UCX; ucx_perftest (ucx-utils) is the transfer benchmark's baseline.
   find_package(PkgConfig REQUIRED)
   pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx>=1.13)
+  # kvnode's readiness and shutdown progress to systemd (sd_notify; Debian libsystemd-dev).
+  pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
   # node/: the control plane's schema (protobuf), Boost.Asio, the YAML config (yaml-cpp; Debian's
   # 0.7 has no namespace in its imported target).
   find_package(Protobuf REQUIRED)

@@ -170,6 +170,7 @@ FlushCounts FlushToDiskTier(TieredCache& cache, const FlushOptions& options) {
   }
   KVMESH_LOG_INFO("flush to disk: writing {} blocks ({} bytes), {} already on disk",
                   to_write_blocks, to_write_bytes, c.already);
+  if (options.on_progress) options.on_progress(c, to_write_blocks);
 
   bool tier_full = false;  // the tier stayed full past the wait and that ends the flush
   Steady::duration wait_left = options.full_wait;
@@ -220,6 +221,7 @@ FlushCounts FlushToDiskTier(TieredCache& cache, const FlushOptions& options) {
       KVMESH_LOG_INFO("flush to disk: {} of {} blocks written ({} bytes) in {:.1f} s", c.written,
                       to_write_blocks, c.written_bytes,
                       std::chrono::duration<double>(now - start).count());
+      if (options.on_progress) options.on_progress(c, to_write_blocks);
     }
   };
 

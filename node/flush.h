@@ -41,6 +41,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 
 #include "store/tiered_cache.h"
 
@@ -63,6 +64,9 @@ struct FlushOptions {
   FullDiskTier full = FullDiskTier::kEndsTheFlush;
   // The longest the whole flush waits for a full disk tier to take puts again (see above).
   std::chrono::milliseconds full_wait{30000};
+  // Called once the flush knows what it will write (`to_write` blocks) and then with every progress
+  // log line (every 5 s), on the flushing thread: what kvnode tells systemd (kvnode_main.cc).
+  std::function<void(const FlushCounts& done, std::int64_t to_write)> on_progress;
 };
 
 FlushCounts FlushToDiskTier(TieredCache& cache, const FlushOptions& options);

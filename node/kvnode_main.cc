@@ -11,10 +11,19 @@
 //
 // Exit codes: 0 clean shutdown; 1 the node could not start (the one-line reason on stderr);
 // 2 a bad command line or config.
+//
+// Under systemd (Type=notify, deploy/systemd/kvnode.service) it tells the service manager
+// (sd_notify): READY=1 once it serves, so that units ordered after it (an engine) start only then;
+// STOPPING=1 at the signal; and while it shuts down, what it does (STATUS) with
+// EXTEND_TIMEOUT_USEC, so that a shutdown flush that makes progress is not killed at the unit's
+// TimeoutStopSec, while a stuck one is, a minute after its last progress. Without $NOTIFY_SOCKET
+// (not run by systemd) sd_notify does nothing.
 #include <pthread.h>
+#include <systemd/sd-daemon.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -34,6 +43,10 @@ sigset_t ShutdownSignals() {
   sigaddset(&set, SIGINT);
   return set;
 }
+
+// How long systemd waits for the next progress report of a shutdown (EXTEND_TIMEOUT_USEC): the
+// flush reports every 5 s, and waits at most 30 s for a full disk tier in between.
+constexpr unsigned long long kShutdownProgressUs = 60'000'000;
 
 int WaitForSignal(const sigset_t& set) {
   int sig = 0;
@@ -97,14 +110,23 @@ int main(int argc, char** argv) {
     return node.status().code() == kvmesh::StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::cout << (*node)->Summary() << "kvnode ready" << std::endl;
+  sd_notify(0, "READY=1\nSTATUS=serving");
   const int sig = WaitForSignal(signals);
   KVMESH_LOG_INFO("signal {} received: shutting down", sig == SIGTERM ? "sigterm" : "sigint");
+  const auto drain_us = static_cast<unsigned long long>(
+      std::chrono::duration_cast<std::chrono::microseconds>(config->shutdown.drain_timeout)
+          .count());
+  sd_notifyf(0, "STOPPING=1\nSTATUS=shutting down\nEXTEND_TIMEOUT_USEC=%llu",
+             drain_us + kShutdownProgressUs);
   std::thread([signals] {
     WaitForSignal(signals);
     std::fprintf(stderr, "kvnode: second signal during shutdown: exiting now\n");
     std::_Exit(130);
   }).detach();
-  const kvmesh::ShutdownReport r = (*node)->Shutdown();
+  const kvmesh::ShutdownReport r = (*node)->Shutdown([](std::string_view what) {
+    sd_notifyf(0, "STATUS=%.*s\nEXTEND_TIMEOUT_USEC=%llu", static_cast<int>(what.size()),
+               what.data(), kShutdownProgressUs);
+  });
   node->reset();
   std::cout << "kvnode stopped: released " << r.released_sequences << " sequences, flushed "
             << r.flushed_blocks << " blocks to disk in " << r.seconds << " s";

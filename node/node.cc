@@ -554,12 +554,16 @@ std::string Node::Summary() const {
   return s.str();
 }
 
-ShutdownReport Node::Shutdown() {
+ShutdownReport Node::Shutdown(const std::function<void(std::string_view what)>& progress) {
   ShutdownReport r;
   if (shut_down_) return r;
   shut_down_ = true;
+  const auto tell = [&](std::string_view what) {
+    if (progress) progress(what);
+  };
   const auto start = std::chrono::steady_clock::now();
   KVMESH_LOG_INFO("shutdown started drain_timeout_ms {}", config_.shutdown.drain_timeout.count());
+  tell("shutting down: draining requests in flight");
   draining_.store(true);
   StopCluster();
   server_->StopAccepting();
@@ -570,13 +574,19 @@ ShutdownReport Node::Shutdown() {
   r.released_sequences = service_->released_on_close() - released_before;
   if (config_.shutdown.flush_to_disk) {
     // Every connection is closed: nothing writes the pools any more.
-    const FlushCounts f =
-        FlushToDiskTier(*cache_, {.min_priority = config_.kv_cache.secondary_offload_min_priority,
-                                  .full = FullDiskTier::kEndsTheFlush});
+    tell("shutting down: flushing cached blocks to the disk tier");
+    const FlushCounts f = FlushToDiskTier(
+        *cache_, {.min_priority = config_.kv_cache.secondary_offload_min_priority,
+                  .full = FullDiskTier::kEndsTheFlush,
+                  .on_progress = [&](const FlushCounts& done, std::int64_t to_write) {
+                    tell(StrCat("shutting down: flushing to the disk tier, ", done.written, " of ",
+                                to_write, " blocks written"));
+                  }});
     r.flushed_blocks = f.written;
     r.flush_failures = f.failures;
     r.flush_skipped_full = f.not_fitting;
   }
+  tell("shutting down: closing the tiers");
   metrics_http_.reset();
   metrics_->registry().RemoveCollector(node_collector_);
   service_.reset();

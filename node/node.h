@@ -47,8 +47,10 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "common/result.h"
 #include "node/cluster_service.h"
@@ -94,7 +96,9 @@ class Node {
 
   // The one-screen start-up summary: pools, bytes, tiers, listen addresses.
   [[nodiscard]] std::string Summary() const;
-  ShutdownReport Shutdown();
+  // `progress` (optional) is told what the shutdown is doing, on this thread: at each step, and
+  // every few seconds while the flush writes (kvnode tells systemd: STATUS, EXTEND_TIMEOUT_USEC).
+  ShutdownReport Shutdown(const std::function<void(std::string_view what)>& progress = {});
 
   [[nodiscard]] const NodeConfig& config() const { return config_; }
   [[nodiscard]] const PoolPlan& plan() const { return plan_; }

@@ -1,0 +1,189 @@
+// kvnode on a host without containers: `cmake --install` puts the programs and the deployment files
+// under a prefix, and deploy/systemd/kvnode.service runs the installed kvnode as the operator's
+// steps in docs/kvnode.md set it up. Checked without running systemd: `systemd-analyze verify`
+// accepts the unit (with its programs at the test's install prefix) without a warning; the unit
+// and the config it names agree (data_dir in the StateDirectory, the socket in the
+// RuntimeDirectory, the secret file where LoadCredential puts it); its kvnode flags exist and the
+// config passes `kvnode --check-config`; the node tells systemd when it is ready (Type=notify:
+// node_kvnode_systemd_test) and the stop timeout leaves time for the shutdown flush.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kRoot = KVMESH_SOURCE_DIR;
+
+std::pair<int, std::string> RunCommand(const std::string& command) {
+  std::string out;
+  std::unique_ptr<FILE, int (*)(FILE*)> p(::popen((command + " 2>&1").c_str(), "r"), ::pclose);
+  if (!p) return {-1, ""};
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p.get()) != nullptr) out += buf.data();
+  const int status = ::pclose(p.release());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string OnPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "/usr/bin");
+  for (std::string d; std::getline(dirs, d, ':');) {
+    const fs::path p = fs::path(d) / program;
+    if (::access(p.c_str(), X_OK) == 0) return p.string();
+  }
+  return "";
+}
+
+// The [Service] settings of a unit file: key -> values (a key may repeat).
+std::multimap<std::string, std::string> ServiceSettings(const fs::path& unit) {
+  std::multimap<std::string, std::string> out;
+  std::ifstream in(unit);
+  std::string section;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] == '[') {
+      section = line;
+      continue;
+    }
+    const std::size_t eq = line.find('=');
+    if (section == "[Service]" && eq != std::string::npos) {
+      out.emplace(line.substr(0, eq), line.substr(eq + 1));
+    }
+  }
+  return out;
+}
+
+std::string One(const std::multimap<std::string, std::string>& s, const std::string& key) {
+  return s.count(key) == 1 ? s.find(key)->second : "";
+}
+
+// A systemd time span ("2min", "90s", "1min 30s", "5min") in seconds; -1 when it is not one.
+int SpanSeconds(const std::string& text) {
+  static const std::regex part(R"(\s*(\d+)\s*(min|s)\s*)");
+  int total = 0;
+  std::size_t at = 0;
+  for (std::smatch m; at < text.size();) {
+    const std::string rest = text.substr(at);
+    if (!std::regex_search(rest, m, part) || m.position(0) != 0) return -1;
+    total += std::stoi(m[1].str()) * (m[2].str() == "min" ? 60 : 1);
+    at += static_cast<std::size_t>(m.length(0));
+  }
+  return text.empty() ? -1 : total;
+}
+
+class SystemdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kvmesh-systemd-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    prefix_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(prefix_); }
+  fs::path prefix_;
+};
+
+TEST(SystemdSpanTest, ReadsSystemdTimeSpans) {
+  EXPECT_EQ(SpanSeconds("2min"), 120);
+  EXPECT_EQ(SpanSeconds("90s"), 90);
+  EXPECT_EQ(SpanSeconds("1min 30s"), 90);
+  EXPECT_EQ(SpanSeconds("2 minutes"), -1);
+  EXPECT_EQ(SpanSeconds(""), -1);
+}
+
+TEST_F(SystemdTest, InstallPutsTheProgramsAndTheDeploymentFilesUnderThePrefix) {
+  const auto [code, out] = RunCommand(std::string(KVMESH_CMAKE_COMMAND) + " --install " +
+                                      KVMESH_BINARY_DIR + " --prefix " + prefix_.string());
+  ASSERT_EQ(code, 0) << out;
+  for (const char* f : {"bin/kvnode", "bin/kvctl", "bin/kvmesh-synth"}) {
+    EXPECT_EQ(::access((prefix_ / f).c_str(), X_OK), 0) << f;
+  }
+  for (const char* f : {"kvnode.service", "kvnode.yaml", "kvnode-defaults.yaml",
+                        "kvmesh-alerts.yml", "kvmesh-node.json"}) {
+    EXPECT_TRUE(fs::exists(prefix_ / "share/kvmesh" / f)) << f;
+  }
+  // The installed kvnode runs (its libraries found) and prints its default config.
+  const auto [help_code, help] =
+      RunCommand((prefix_ / "bin/kvnode").string() + " --print-default-config");
+  EXPECT_EQ(help_code, 0) << help;
+  EXPECT_NE(help.find("data_dir:"), std::string::npos);
+}
+
+TEST_F(SystemdTest, TheUnitAndItsConfigAgreeAndSystemdAcceptsTheUnit) {
+  const fs::path unit = kRoot / "deploy/systemd/kvnode.service";
+  const auto s = ServiceSettings(unit);
+  EXPECT_EQ(One(s, "Type"), "notify");
+  EXPECT_EQ(One(s, "RestartPreventExitStatus"), "2");  // a bad config: restarts fail the same way
+  EXPECT_GE(SpanSeconds(One(s, "TimeoutStopSec")), 60);
+  const std::string exec = One(s, "ExecStart");
+  const std::string bin = "/usr/local/bin/kvnode";
+  ASSERT_TRUE(exec.starts_with(bin + " ")) << exec;
+
+  // Every flag of the Exec lines is one kvnode has; the config they name is the installed
+  // example, and it loads.
+  const auto [help_code, help] = RunCommand(std::string(KVMESH_KVNODE_PATH) + " --help");
+  ASSERT_EQ(help_code, 0) << help;
+  for (const auto& [key, value] : s) {
+    if (!key.starts_with("Exec")) continue;
+    std::stringstream words(value);
+    std::vector<std::string> argv;
+    for (std::string w; words >> w;) argv.push_back(w);
+    ASSERT_EQ(argv.front(), bin) << key;
+    for (std::size_t i = 1; i < argv.size(); ++i) {
+      if (!argv[i].starts_with("--")) continue;
+      EXPECT_NE(help.find(argv[i]), std::string::npos) << key << ": kvnode has no flag " << argv[i];
+      if (argv[i] == "--config" || argv[i] == "--check-config") {
+        ASSERT_LT(i + 1, argv.size());
+        EXPECT_EQ(argv[i + 1], "/etc/kvmesh/kvnode.yaml") << key;
+      }
+    }
+  }
+  const fs::path config_file = kRoot / "deploy/systemd/kvnode.yaml";
+  const auto [check_code, check] =
+      RunCommand(std::string(KVMESH_KVNODE_PATH) + " --check-config " + config_file.string());
+  EXPECT_EQ(check_code, 0) << check;
+
+  // The directories and the credential systemd makes are where the config looks.
+  const YAML::Node config = YAML::LoadFile(config_file.string());
+  EXPECT_EQ(config["data_dir"].as<std::string>(), "/var/lib/" + One(s, "StateDirectory"));
+  EXPECT_EQ(fs::path(config["control"]["unix_socket"].as<std::string>()).parent_path(),
+            fs::path("/run") / One(s, "RuntimeDirectory"));
+  const std::string credential = One(s, "LoadCredential");
+  const std::size_t colon = credential.find(':');
+  ASSERT_NE(colon, std::string::npos) << credential;
+  EXPECT_EQ(config["control"]["secret_file"].as<std::string>(),
+            "/run/credentials/kvnode.service/" + credential.substr(0, colon));
+
+  // systemd's own check, with the programs where the test installed them: no warning at all
+  // (an unknown key or a bad value is only a warning to systemd).
+  const std::string analyze = OnPath("systemd-analyze");
+  ASSERT_FALSE(analyze.empty()) << "no systemd-analyze (Debian systemd): run scripts/bootstrap";
+  const auto [install_code, install] =
+      RunCommand(std::string(KVMESH_CMAKE_COMMAND) + " --install " + KVMESH_BINARY_DIR +
+                 " --prefix " + prefix_.string());
+  ASSERT_EQ(install_code, 0) << install;
+  std::ifstream in(unit);
+  std::stringstream text;
+  text << in.rdbuf();
+  const fs::path copy = prefix_ / "kvnode.service";
+  std::ofstream(copy) << std::regex_replace(text.str(), std::regex(bin),
+                                            (prefix_ / "bin/kvnode").string());
+  const auto [verify_code, verify] = RunCommand(analyze + " verify " + copy.string());
+  EXPECT_EQ(verify_code, 0) << verify;
+  EXPECT_EQ(verify, "") << "systemd-analyze verify warns";
+}
+
+}  // namespace
