@@ -180,6 +180,13 @@ void ControlServer::Stop() { impl_->Stop(); }
 
 bool ControlServer::draining() const { return impl_->draining.load(); }
 
+void ControlServer::SetSecrets(std::string secret, std::string second) {
+  auto next =
+      std::make_shared<const Impl::Secrets>(Impl::Secrets{std::move(secret), std::move(second)});
+  MutexLock lock(&impl_->secrets_mu);
+  impl_->secrets = std::move(next);
+}
+
 ControlServerStats ControlServer::stats() const {
   ControlServerStats s;
   s.connections = impl_->connections.load();

@@ -5,7 +5,10 @@
 // Per connection (a Session, in control_server.cc):
 //   handshake  Hello is sent at once; only an AuthRequest in a frame of at most 1 KiB is accepted,
 //              within handshake_timeout; a wrong MAC gets AuthResult{permission_denied} and the
-//              connection is closed; anything else, or silence, closes it.
+//              connection is closed; anything else, or silence, closes it. The MAC is checked
+//              against the secret and, when one is set, the second secret (accepted during a
+//              rotation); the server proves itself with the one the client used. SetSecrets
+//              replaces both for the handshakes that follow (sessions already open stay open).
 //   ready      Requests in frames of at most max_frame_size. Each request is checked against the
 //              in-flight limits (per connection and overall: kResourceExhausted at once when full,
 //              never an unbounded queue) and the node's state (draining: kPeerUnreachable "node is
@@ -68,8 +71,9 @@ namespace kvmesh {
 struct ControlServerOptions {
   std::string node_id;
   std::string secret;
-  std::string unix_socket;  // path; empty: no Unix listener
-  std::string tcp_listen;   // "host:port"; empty: no TCP listener; port 0: any free port
+  std::string second_secret;  // also accepted; empty: none
+  std::string unix_socket;    // path; empty: no Unix listener
+  std::string tcp_listen;     // "host:port"; empty: no TCP listener; port 0: any free port
   std::uint32_t max_frame_size = 4u << 20;
   std::chrono::milliseconds handshake_timeout{5000};
   std::chrono::milliseconds idle_timeout{300000};
@@ -129,6 +133,8 @@ class ControlServer {
 
   [[nodiscard]] ControlServerStats stats() const;
   [[nodiscard]] bool draining() const;
+  // The secrets the handshakes that start from now on accept (`second` empty: one).
+  void SetSecrets(std::string secret, std::string second);
 
   class Impl;
 

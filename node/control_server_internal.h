@@ -33,8 +33,15 @@ class ControlServer::Impl {
   using error_code = control_internal::error_code;
 
  public:
+  // The secrets a handshake accepts (options' at first; ControlServer::SetSecrets).
+  struct Secrets {
+    std::string secret;
+    std::string second;  // empty: none
+  };
+
   explicit Impl(ControlServerOptions o)
-      : options(std::move(o)),
+      : secrets(std::make_shared<const Secrets>(Secrets{o.secret, o.second_secret})),
+        options(std::move(o)),
         workers(static_cast<std::size_t>(std::max(1, options.worker_threads))),
         work(boost::asio::make_work_guard(io)) {}
 
@@ -54,6 +61,12 @@ class ControlServer::Impl {
     if (tcp_acceptor) tcp_acceptor->close(ec);
   }
 
+  std::shared_ptr<const Secrets> CurrentSecrets() const KVMESH_EXCLUDES(secrets_mu) {
+    MutexLock lock(&secrets_mu);
+    return secrets;
+  }
+  mutable Mutex secrets_mu;
+  std::shared_ptr<const Secrets> secrets KVMESH_GUARDED_BY(secrets_mu);
   const ControlServerOptions options;
   RequestHandler* handler = nullptr;  // set once by Serve, before any session exists
   // Declared before io: handlers still queued in io when it is destroyed hold sessions, whose

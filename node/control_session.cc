@@ -267,10 +267,23 @@ class Session : public std::enable_shared_from_this<Session> {
                     kProtocolVersion, ")"));
       return;
     }
-    const std::string expected =
-        ClientMac(opts().secret, a.protocol_version(), server_nonce_, a.client_nonce(),
-                  a.client_name(), static_cast<std::uint32_t>(a.role()));
-    if (a.client_nonce().size() != kAuthNonceBytes || !MacEquals(expected, a.mac())) {
+    // The secret the client proved it holds: the node's, or the second one during a rotation.
+    const std::shared_ptr<const ControlServer::Impl::Secrets> secrets = server_.CurrentSecrets();
+    const auto proves = [&](const std::string& secret) {
+      return !secret.empty() &&
+             MacEquals(ClientMac(secret, a.protocol_version(), server_nonce_, a.client_nonce(),
+                                 a.client_name(), static_cast<std::uint32_t>(a.role())),
+                       a.mac());
+    };
+    const std::string* used = nullptr;
+    if (a.client_nonce().size() == kAuthNonceBytes) {
+      if (proves(secrets->secret)) {
+        used = &secrets->secret;
+      } else if (proves(secrets->second)) {
+        used = &secrets->second;
+      }
+    }
+    if (used == nullptr) {
       Reject("authentication failed: wrong secret");
       return;
     }
@@ -286,8 +299,7 @@ class Session : public std::enable_shared_from_this<Session> {
     rpc::Frame reply;
     rpc::AuthResult* r = reply.mutable_auth_result();
     r->set_session_id(id_);
-    r->set_server_mac(
-        ServerMac(opts().secret, kProtocolVersion, a.client_nonce(), server_nonce_, id_));
+    r->set_server_mac(ServerMac(*used, kProtocolVersion, a.client_nonce(), server_nonce_, id_));
     SendFrame(reply);
     KVMESH_LOG_DEBUG("session open id {} peer {} client {} role {}", id_, peer_, a.client_name(),
                      rpc::ClientRole_Name(a.role()));

@@ -8,6 +8,8 @@
 // Prints the start-up summary to stdout, then "kvnode ready", and runs until SIGTERM or SIGINT,
 // then shuts down cleanly (node.h: drain, release, flush to disk, close RocksDB) and exits 0. A
 // second signal during the shutdown exits at once with status 130 (nothing more is flushed).
+// SIGHUP re-reads the secret and the second secret (Node::ReloadSecrets: rotating the secret
+// without a restart, docs/kvnode.md); nothing else of the config is read again.
 //
 // Exit codes: 0 clean shutdown; 1 the node could not start (the one-line reason on stderr);
 // 2 a bad command line or config.
@@ -36,11 +38,12 @@
 
 namespace {
 
-sigset_t ShutdownSignals() {
+sigset_t HandledSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   return set;
 }
 
@@ -100,7 +103,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Every thread the node starts inherits this mask, so the signals reach only sigwait below.
-  const sigset_t signals = ShutdownSignals();
+  const sigset_t signals = HandledSignals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -111,7 +114,14 @@ int main(int argc, char** argv) {
   }
   std::cout << (*node)->Summary() << "kvnode ready" << std::endl;
   sd_notify(0, "READY=1\nSTATUS=serving");
-  const int sig = WaitForSignal(signals);
+  int sig = 0;
+  while ((sig = WaitForSignal(signals)) == SIGHUP) {
+    KVMESH_LOG_INFO("signal sighup received: reloading the secrets");
+    sd_notify(0, "RELOADING=1\nSTATUS=reloading the secrets");
+    const bool reloaded = (*node)->ReloadSecrets().ok();  // logged there
+    sd_notify(0, reloaded ? "READY=1\nSTATUS=serving"
+                          : "READY=1\nSTATUS=serving; the last secret reload failed (see the log)");
+  }
   KVMESH_LOG_INFO("signal {} received: shutting down", sig == SIGTERM ? "sigterm" : "sigint");
   const auto drain_us = static_cast<unsigned long long>(
       std::chrono::duration_cast<std::chrono::microseconds>(config->shutdown.drain_timeout)
@@ -119,7 +129,8 @@ int main(int argc, char** argv) {
   sd_notifyf(0, "STOPPING=1\nSTATUS=shutting down\nEXTEND_TIMEOUT_USEC=%llu",
              drain_us + kShutdownProgressUs);
   std::thread([signals] {
-    WaitForSignal(signals);
+    while (WaitForSignal(signals) == SIGHUP) {
+    }
     std::fprintf(stderr, "kvnode: second signal during shutdown: exiting now\n");
     std::_Exit(130);
   }).detach();

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "common/log.h"
@@ -138,11 +139,34 @@ std::string LayerRange(const std::vector<std::int32_t>& layers) {
   return StrCat(layers.size(), " layers");
 }
 
-ControlServerOptions ServerOptions(const NodeConfig& c, std::string node_id, std::string secret,
-                                   std::string unix_socket) {
+// The node's secrets from the config's sources: the one it presents and accepts, and the second
+// one it also accepts (control.second_secret_file; a missing or empty file: none).
+struct NodeSecrets {
+  LoadedSecret secret;
+  std::optional<LoadedSecret> second;
+};
+
+Result<NodeSecrets> LoadNodeSecrets(const ControlSection& c) {
+  NodeSecrets s;
+  KVMESH_ASSIGN_OR_RETURN(s.secret, LoadSecret({c.secret, c.secret_env, c.secret_file}));
+  if (!c.second_secret_file.empty()) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(c.second_secret_file, ec);
+    if (!ec && size > 0) {
+      Result<LoadedSecret> second = LoadSecret({"", "", c.second_secret_file});
+      if (!second.ok()) return second.status().WithContext("control.second_secret_file");
+      s.second = *std::move(second);
+    }
+  }
+  return s;
+}
+
+ControlServerOptions ServerOptions(const NodeConfig& c, std::string node_id,
+                                   const NodeSecrets& secrets, std::string unix_socket) {
   ControlServerOptions o;
   o.node_id = std::move(node_id);
-  o.secret = std::move(secret);
+  o.secret = secrets.secret.secret;
+  if (secrets.second) o.second_secret = secrets.second->secret;
   o.unix_socket = std::move(unix_socket);
   o.tcp_listen = c.control.tcp_listen;
   o.max_frame_size = static_cast<std::uint32_t>(c.control.max_frame_size);
@@ -203,14 +227,17 @@ Status Node::Open(const NodeConfig& config) {
   description_.enable_block_reuse = c.kv_cache.enable_block_reuse;
 
   KVMESH_ASSIGN_OR_RETURN(lock_fd_, LockDataDir(c.data_dir));
-  SecretSource source{c.control.secret, c.control.secret_env, c.control.secret_file};
-  KVMESH_ASSIGN_OR_RETURN(const LoadedSecret secret, LoadSecret(source));
-  if (!secret.warning.empty()) KVMESH_LOG_WARN("{}", secret.warning);
-  secret_origin_ = secret.origin;
+  KVMESH_ASSIGN_OR_RETURN(const NodeSecrets secrets, LoadNodeSecrets(c.control));
+  for (const LoadedSecret* s : {&secrets.secret, secrets.second ? &*secrets.second : nullptr}) {
+    if (s != nullptr && !s->warning.empty()) KVMESH_LOG_WARN("{}", s->warning);
+  }
+  secret_origin_ = secrets.secret.origin;
+  if (secrets.second) secret_origin_ += ", and a second one from " + secrets.second->origin;
+  presented_secret_ = std::make_shared<PresentedSecret>(secrets.secret.secret);
   // The listeners first: a socket or port in use is refused before anything slow is done.
-  KVMESH_ASSIGN_OR_RETURN(server_,
-                          ControlServer::Bind(ServerOptions(c, description_.node_id, secret.secret,
-                                                            description_.unix_socket)));
+  KVMESH_ASSIGN_OR_RETURN(
+      server_, ControlServer::Bind(
+                   ServerOptions(c, description_.node_id, secrets, description_.unix_socket)));
   description_.tcp_listen = server_->tcp_address();
   metrics_ = std::make_unique<NodeMetrics>();
   KVMESH_RETURN_IF_ERROR(StartMetrics());
@@ -297,7 +324,7 @@ Status Node::Open(const NodeConfig& config) {
   const bool clustered = c.cluster.membership != MembershipKind::kNone;
   // One member table: membership writes it; the directory, peer sessions and fetch read it.
   if (clustered || c.peer.enabled) peers_ = std::make_unique<PeerTable>(description_.node_id);
-  if (clustered) KVMESH_RETURN_IF_ERROR(CreateDirectory(secret.secret).WithContext("cluster"));
+  if (clustered) KVMESH_RETURN_IF_ERROR(CreateDirectory().WithContext("cluster"));
   if (c.peer.enabled) KVMESH_RETURN_IF_ERROR(StartPeers().WithContext("peer"));
   StartServices();
   KVMESH_RETURN_IF_ERROR(StartMembership().WithContext("cluster"));
@@ -309,10 +336,7 @@ Status Node::StartPeers() {
   std::vector<BundleCodec> codecs;
   PeerSessionsOptions o;
   o.self_id = description_.node_id;
-  SecretSource source{config_.control.secret, config_.control.secret_env,
-                      config_.control.secret_file};
-  KVMESH_ASSIGN_OR_RETURN(const LoadedSecret secret, LoadSecret(source));
-  o.secret = secret.secret;
+  o.secret = presented_secret_;
   o.namespace_digest = NamespaceDigest(cache_->manager().config().key_namespace);
   KeyNamespace other_ns = cache_->manager().config().key_namespace;
   other_ns.layout = other_ns.layout == KvLayout::kHND ? KvLayout::kNHD : KvLayout::kHND;
@@ -369,14 +393,14 @@ Status Node::StartPeers() {
 
 // The prefix directory and the cluster service (before the peer data path, whose fetcher locates
 // blocks through the directory); membership starts once the node serves (StartMembership).
-Status Node::CreateDirectory(const std::string& secret) {
+Status Node::CreateDirectory() {
   const ClusterSection& c = config_.cluster;
   BlockManager* manager = &cache_->manager();
   TieredCache* cache = cache_.get();
   directory_ = std::make_unique<PrefixDirectory>(
       c.directory, peers_.get(),
       [manager](std::uint64_t from, std::size_t max) { return manager->PollEvents(from, max); },
-      MakePeerDirectoryTransport(description_.node_id, secret),
+      MakePeerDirectoryTransport(description_.node_id, presented_secret_),
       [cache] { return HoldingsSnapshot(*cache); });
   cluster_ = std::make_unique<ClusterService>(directory_.get(), peers_.get(), cache_.get(),
                                               AdvertisedAddress());
@@ -552,6 +576,24 @@ std::string Node::Summary() const {
     s << "  peer       off (peer.enabled: false): the directory is shared, no block moves\n";
   }
   return s.str();
+}
+
+Status Node::ReloadSecrets() {
+  Result<NodeSecrets> secrets = LoadNodeSecrets(config_.control);
+  if (!secrets.ok()) {
+    KVMESH_LOG_ERROR("secrets not reloaded, the ones in use stay: {}", secrets.status().ToString());
+    return secrets.status();
+  }
+  for (const LoadedSecret* s : {&secrets->secret, secrets->second ? &*secrets->second : nullptr}) {
+    if (s != nullptr && !s->warning.empty()) KVMESH_LOG_WARN("{}", s->warning);
+  }
+  server_->SetSecrets(secrets->secret.secret, secrets->second ? secrets->second->secret : "");
+  presented_secret_->Set(secrets->secret.secret);
+  KVMESH_LOG_INFO("secrets reloaded: presenting and accepting the secret from {}; {}",
+                  secrets->secret.origin,
+                  secrets->second ? "also accepting a second one from " + secrets->second->origin
+                                  : std::string("no second secret"));
+  return Status::Ok();
 }
 
 ShutdownReport Node::Shutdown(const std::function<void(std::string_view what)>& progress) {

@@ -67,6 +67,7 @@
 #include "node/peer_sessions.h"
 #include "node/peer_table.h"
 #include "node/remote_fetch.h"
+#include "node/secret.h"
 #include "pool/pool_plan.h"
 #include "store/tiered_cache.h"
 
@@ -99,6 +100,11 @@ class Node {
   // `progress` (optional) is told what the shutdown is doing, on this thread: at each step, and
   // every few seconds while the flush writes (kvnode tells systemd: STATUS, EXTEND_TIMEOUT_USEC).
   ShutdownReport Shutdown(const std::function<void(std::string_view what)>& progress = {});
+  // Reads the secret and the second secret again from their sources (kvnode: SIGHUP), for the
+  // handshakes that follow, both ways (the control server's, and this node's own connections to
+  // its peers); sessions already open stay open. On an error (a source unreadable, a secret too
+  // short) the secrets in use stay, and the error is logged and returned.
+  Status ReloadSecrets();
 
   [[nodiscard]] const NodeConfig& config() const { return config_; }
   [[nodiscard]] const PoolPlan& plan() const { return plan_; }
@@ -131,7 +137,7 @@ class Node {
   Status StartMetrics();
   Status StartPeers();
   void ResetPeers();
-  Status CreateDirectory(const std::string& secret);
+  Status CreateDirectory();
   // The control address this node gives its peers (cluster.advertise, else tcp_listen as bound).
   [[nodiscard]] std::string AdvertisedAddress() const;
   Status StartMembership();
@@ -142,6 +148,8 @@ class Node {
   NodeConfig config_;
   NodeDescription description_;
   std::string secret_origin_;
+  // The secret this node presents to its peers (peer sessions, directory updates).
+  std::shared_ptr<PresentedSecret> presented_secret_;
   std::string model_summary_;
   int lock_fd_ = -1;
   int first_device_ = -1;  // CUDA device of rank 0's pools; -1: host pools

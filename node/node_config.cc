@@ -361,7 +361,8 @@ void ResolveConfigPaths(const std::string& base_dir, NodeConfig* config) {
   if (base_dir.empty()) return;
   const std::filesystem::path base(base_dir);
   for (std::string* path : {&config->data_dir, &config->model.hf_config, &config->disk_tier.path,
-                            &config->control.unix_socket, &config->control.secret_file}) {
+                            &config->control.unix_socket, &config->control.secret_file,
+                            &config->control.second_secret_file}) {
     *path = Resolved(base, *path);
   }
 }

@@ -126,6 +126,9 @@ struct ControlSection {
   std::string secret;
   std::string secret_env;
   std::string secret_file;
+  // A file holding a second secret the node also accepts (never presents), for rotating the
+  // secret without a restart; a missing or empty file: none. Re-read with the secret on SIGHUP.
+  std::string second_secret_file;
   std::int64_t max_frame_size = 4ll << 20;  // bytes of one frame after authentication
   std::chrono::milliseconds handshake_timeout{5000};
   std::chrono::milliseconds idle_timeout{300000};    // a connection silent this long is closed

@@ -376,6 +376,8 @@ const Field kControlFields[] = {
      [](const Value& v, NodeConfig& c) { return ReadString(v, &c.control.secret_env); }},
     {"secret_file",
      [](const Value& v, NodeConfig& c) { return ReadString(v, &c.control.secret_file); }},
+    {"second_secret_file",
+     [](const Value& v, NodeConfig& c) { return ReadString(v, &c.control.second_secret_file); }},
     {"max_frame_size",
      [](const Value& v, NodeConfig& c) { return ReadBytes(v, &c.control.max_frame_size); }},
     {"handshake_timeout",

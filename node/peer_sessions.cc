@@ -166,7 +166,7 @@ Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id,
   // Connect and say hello without the lock (network waits).
   NodeClientOptions o;
   o.address = info->control_address;
-  o.secret = options_.secret;
+  o.secret = options_.secret->Get();
   o.client_name = options_.self_id;
   o.role = rpc::CLIENT_ROLE_PEER;
   const bool budget = within.count() > 0;

@@ -44,6 +44,7 @@
 #include "node/peer_staging.h"
 #include "node/peer_table.h"
 #include "node/request_handler.h"
+#include "node/secret.h"
 #include "store/block_bundle.h"
 #include "transfer/transfer_engine.h"
 
@@ -51,7 +52,7 @@ namespace kvmesh {
 
 struct PeerSessionsOptions {
   std::string self_id;
-  std::string secret;
+  std::shared_ptr<const PresentedSecret> secret;  // read at each new link
   ContentId namespace_digest;
   std::vector<GeometryFingerprint> fingerprints;  // per pool, in pool order
   // Per pool, the fingerprint of the same pool in the other layout order (HND <-> NHD); empty:

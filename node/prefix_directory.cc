@@ -31,7 +31,7 @@ Result<HolderTier> TierFromWire(std::uint32_t t) {
 
 class PeerDirectoryTransport final : public DirectoryTransport {
  public:
-  PeerDirectoryTransport(std::string self_id, std::string secret)
+  PeerDirectoryTransport(std::string self_id, std::shared_ptr<const PresentedSecret> secret)
       : self_(std::move(self_id)), secret_(std::move(secret)) {}
 
   Status Update(const PeerInfo& home, const rpc::DirectoryUpdateRequest& req,
@@ -80,7 +80,7 @@ class PeerDirectoryTransport final : public DirectoryTransport {
     if (c->client == nullptr || !c->client->connected()) {
       NodeClientOptions o;
       o.address = home.control_address;
-      o.secret = secret_;
+      o.secret = secret_->Get();
       o.client_name = StrCat("kvnode-", self_);
       o.role = rpc::CLIENT_ROLE_PEER;
       o.connect_timeout = timeout;
@@ -98,15 +98,15 @@ class PeerDirectoryTransport final : public DirectoryTransport {
   }
 
   const std::string self_;
-  const std::string secret_;
+  const std::shared_ptr<const PresentedSecret> secret_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Connection>> connections_;  // guarded by mu_
 };
 
 }  // namespace
 
-std::unique_ptr<DirectoryTransport> MakePeerDirectoryTransport(std::string self_id,
-                                                               std::string secret) {
+std::unique_ptr<DirectoryTransport> MakePeerDirectoryTransport(
+    std::string self_id, std::shared_ptr<const PresentedSecret> secret) {
   return std::make_unique<PeerDirectoryTransport>(std::move(self_id), std::move(secret));
 }
 

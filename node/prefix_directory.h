@@ -54,6 +54,7 @@
 #include "node/peer_table.h"
 #include "node/prefix_locator.h"
 #include "node/proto/kvmesh_rpc.pb.h"
+#include "node/secret.h"
 #include "pool/kv_events.h"
 
 namespace kvmesh {
@@ -69,8 +70,8 @@ class DirectoryTransport {
 };
 
 // Over the control plane: NodeClient to home.control_address with role PEER and `secret`.
-std::unique_ptr<DirectoryTransport> MakePeerDirectoryTransport(std::string self_id,
-                                                               std::string secret);
+std::unique_ptr<DirectoryTransport> MakePeerDirectoryTransport(
+    std::string self_id, std::shared_ptr<const PresentedSecret> secret);
 
 struct DirectoryStats {
   std::int64_t shard_ids = 0;         // ids homed here with a holder

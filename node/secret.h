@@ -6,12 +6,17 @@
 // kMinSecretBytes (16) bytes. A secret file readable by group or others is accepted with a warning
 // returned in `warning` (the caller logs it).
 //
-// Thread safety: reads the environment and the file system; otherwise pure.
+// A running node's secrets can be replaced (kvnode re-reads them on SIGHUP: docs/kvnode.md,
+// "Rotating the secret"): PresentedSecret holds the one it presents to its peers.
+//
+// Thread safety: LoadSecret reads the environment and the file system, otherwise pure;
+// PresentedSecret is thread-safe.
 #pragma once
 
 #include <string>
 
 #include "common/result.h"
+#include "common/thread_annotations.h"
 
 namespace kvmesh {
 
@@ -32,5 +37,24 @@ struct LoadedSecret {
 // kInvalidArgument: more than one source set, no source and no KVMESH_SECRET, an unset or empty
 // variable, a secret shorter than 16 bytes; kNotFound / kIoError: the file cannot be read.
 Result<LoadedSecret> LoadSecret(const SecretSource& source);
+
+// The secret a node presents when it connects to its peers (peer sessions, directory updates):
+// read at each new connection, replaced when the node reloads its secrets.
+class PresentedSecret {
+ public:
+  explicit PresentedSecret(std::string secret) : secret_(std::move(secret)) {}
+  [[nodiscard]] std::string Get() const KVMESH_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return secret_;
+  }
+  void Set(std::string secret) KVMESH_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    secret_ = std::move(secret);
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::string secret_ KVMESH_GUARDED_BY(mu_);
+};
 
 }  // namespace kvmesh

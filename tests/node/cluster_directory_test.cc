@@ -280,7 +280,7 @@ TEST(ClusterDirectoryTest, AnUpdateToARestartedHomeGoesThroughTheFirstTime) {
 
   // A as a holder: its updates for ids homed at B.
   std::unique_ptr<DirectoryTransport> transport =
-      MakePeerDirectoryTransport("a", node_test::kTestSecret);
+      MakePeerDirectoryTransport("a", std::make_shared<PresentedSecret>(node_test::kTestSecret));
   PeerInfo home;
   home.node_id = "b";
   home.control_address = (*b)->tcp_address();

@@ -261,6 +261,40 @@ TEST_F(ControlServerTest, ALongInlineRequestLeavesAnIoThreadForTheOthers) {
 
 // A client that writes many requests at once gets every answer, in order: inline, the next frame
 // is read after the answer to the one before was written; pooled, the worker strand keeps order.
+// A rotation of the secret (docs/kvnode.md, "Rotating the secret"): a second secret is accepted
+// beside the first, the server proves itself with the one the client used (NodeClient checks the
+// server's MAC), SetSecrets changes what later handshakes accept, and a session already open stays
+// open whatever its secret.
+TEST_F(ControlServerTest, ASecondSecretIsAcceptedAndSetSecretsAppliesToLaterHandshakes) {
+  Start(2);
+  const std::string kNew = "the-new-secret-0123456789abcdef";
+  const auto connect = [&](const std::string& secret) {
+    NodeClientOptions o;
+    o.address = socket_;
+    o.secret = secret;
+    o.request_timeout = std::chrono::seconds(20);
+    return NodeClient::Connect(o);
+  };
+  EXPECT_TRUE(connect(kSecret).ok());
+  EXPECT_EQ(connect(kNew).status().code(), StatusCode::kPermissionDenied);
+  // Step 1: the new secret is accepted too.
+  server_->SetSecrets(kSecret, kNew);
+  auto old_session = connect(kSecret);
+  ASSERT_TRUE(old_session.ok()) << old_session.status();
+  auto new_session = connect(kNew);
+  ASSERT_TRUE(new_session.ok()) << new_session.status();
+  Lookups(**new_session, 2);
+  // Step 2: the new one first, the old one second; step 3: the old one no longer.
+  server_->SetSecrets(kNew, kSecret);
+  EXPECT_TRUE(connect(kSecret).ok());
+  server_->SetSecrets(kNew, "");
+  EXPECT_EQ(connect(kSecret).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(connect(kNew).ok());
+  // The session that authenticated with the old secret is still open and served.
+  Lookups(**old_session, 2);
+  EXPECT_EQ(server_->stats().auth_failures, 2);
+}
+
 TEST_F(ControlServerTest, PipelinedRequestsAreAnsweredInOrder) {
   for (const int io_threads : {1, 2}) {
     Start(io_threads);

@@ -100,6 +100,7 @@ control:
   secret: ""
   secret_env: MY_KVMESH_SECRET
   secret_file: ""
+  second_secret_file: /etc/kvmesh/secret.next
   max_frame_size: 8MiB
   handshake_timeout: 500ms
   idle_timeout: 1h
@@ -169,6 +170,7 @@ NodeConfig EveryKeyExpected() {
   k.unix_socket = "/run/kvnode.sock";
   k.tcp_listen = "0.0.0.0:0";
   k.secret_env = "MY_KVMESH_SECRET";
+  k.second_secret_file = "/etc/kvmesh/secret.next";
   k.max_frame_size = 8 << 20;
   k.handshake_timeout = std::chrono::milliseconds(500);
   k.idle_timeout = std::chrono::hours(1);
@@ -231,6 +233,7 @@ TEST(NodeConfigTest, EveryKeySetToANonDefaultValueIsRead) {
   EXPECT_NE(k.unix_socket, d.control.unix_socket);
   EXPECT_NE(k.tcp_listen, d.control.tcp_listen);
   EXPECT_NE(k.secret_env, d.control.secret_env);
+  EXPECT_NE(k.second_secret_file, d.control.second_secret_file);
   EXPECT_NE(k.max_frame_size, d.control.max_frame_size);
   EXPECT_NE(k.handshake_timeout, d.control.handshake_timeout);
   EXPECT_NE(k.idle_timeout, d.control.idle_timeout);
