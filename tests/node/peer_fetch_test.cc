@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -118,6 +120,61 @@ void ExpectPrefixFetched(const std::string& device_a, const std::string& device_
   b->Shutdown();
   // A survived its peer's fetch (a host read of its device pools would have been a SIGSEGV).
   EXPECT_TRUE((*a)->process().running());
+}
+
+// The secret rotated on both sides of a fetch (docs/kvnode.md, "Rotating the secret"): A ends
+// accepting only the new secret, B presents the new one (and still accepts the old one, which its
+// engine uses). B's first link to A, opened after both reloads, must authenticate with the new
+// secret: A refuses the old one by then.
+TEST(PeerFetchTest, AfterARotationPeerLinksPresentTheNewSecret) {
+  ScratchDir dir;
+  const std::string kNew = "the-rotated-secret-0123456789abc";
+  const auto secret_files = [](const std::filesystem::path& d, const std::string& yaml) {
+    return std::regex_replace(yaml, std::regex("  secret: [^\n]*\n"),
+                              "  secret_file: " + (d / "secret").string() +
+                                  "\n  second_secret_file: " + (d / "secret.next").string() + "\n");
+  };
+  const auto write = [](const std::filesystem::path& p, const std::string& secret) {
+    std::ofstream(p) << secret << "\n";
+    std::filesystem::permissions(
+        p, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  };
+  std::filesystem::create_directories(dir.path() / "a");
+  std::filesystem::create_directories(dir.path() / "b");
+  write(dir.path() / "a" / "secret", kTestSecret);
+  write(dir.path() / "b" / "secret", kTestSecret);
+  auto a = KvnodeProcess::Start(
+      dir.path() / "a", secret_files(dir.path() / "a", PeerConfig(dir.path() / "a", "node-a")));
+  ASSERT_TRUE(a.ok()) << a.status();
+  const auto requests = Prompt(3000, 8);
+  ASSERT_EQ(RunOn((*a)->unix_socket(), requests).check_failures, 0);
+  Result<NodeConfig> config = ParseNodeConfig(
+      secret_files(dir.path() / "b", PeerConfig(dir.path() / "b", "node-b")), "test");
+  ASSERT_TRUE(config.ok()) << config.status();
+  Result<std::unique_ptr<Node>> b = Node::Start(*config);
+  ASSERT_TRUE(b.ok()) << b.status();
+
+  // A: the new secret only (a reload, SIGHUP). B: the new one presented, the old one accepted.
+  write(dir.path() / "a" / "secret", kNew);
+  (*a)->process().Signal(SIGHUP);
+  NodeClientOptions old_client = (*a)->Client("rotation-check");
+  bool a_rotated = false;
+  for (int i = 0; i < 200 && !a_rotated; ++i) {
+    a_rotated = NodeClient::Connect(old_client).status().code() == StatusCode::kPermissionDenied;
+    if (!a_rotated) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(a_rotated) << "A still accepts the old secret after its reload";
+  write(dir.path() / "b" / "secret", kNew);
+  write(dir.path() / "b" / "secret.next", kTestSecret);
+  ASSERT_TRUE((*b)->ReloadSecrets().ok());
+
+  (*b)->peers()->Upsert({.node_id = "node-a", .control_address = (*a)->tcp_address()});
+  const SyntheticWorkloadStats on_b = RunOn((*b)->unix_socket(), requests);  // the old secret
+  EXPECT_EQ(on_b.failed_requests, 0) << on_b.first_error;
+  EXPECT_EQ(on_b.check_failures, 0) << on_b.first_error;
+  EXPECT_EQ(on_b.remote_hit_blocks, 7);
+  EXPECT_EQ((*b)->remote_fetcher()->stats().failed_fetches, 0);
+  (*b)->Shutdown();
 }
 
 TEST(PeerFetchTest, PrefixComputedOnAIsAdmittedOnBAsRemoteHits) {
