@@ -5,45 +5,24 @@
 // they select exists on a real node, and that none fires on a healthy one, is
 // node_prometheus_scrape_test.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
-#include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <memory>
 #include <set>
-#include <sstream>
 #include <string>
 
+#include "tests/deploy/deploy_test_util.h"
+
 namespace {
+
+using kvmesh::deploy_test::RunCommand;
 
 namespace fs = std::filesystem;
 const fs::path kRoot = KVMESH_SOURCE_DIR;
 const fs::path kRules = kRoot / "deploy/prometheus/kvmesh-alerts.yml";
 
-// Runs `command`; its exit code and stdout+stderr.
-std::pair<int, std::string> RunCommand(const std::string& command) {
-  std::string out;
-  std::unique_ptr<FILE, int (*)(FILE*)> p(::popen((command + " 2>&1").c_str(), "r"), ::pclose);
-  if (!p) return {-1, ""};
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p.get()) != nullptr) out += buf.data();
-  const int status = ::pclose(p.release());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string Promtool() {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path != nullptr ? path : "/usr/bin");
-  for (std::string d; std::getline(dirs, d, ':');) {
-    const fs::path p = fs::path(d) / "promtool";
-    if (::access(p.c_str(), X_OK) == 0) return p.string();
-  }
-  return "";
-}
+std::string Promtool() { return kvmesh::deploy_test::OnPath("promtool"); }
 
 TEST(AlertRulesTest, PromtoolAcceptsTheRulesAndPassesTheirUnitTests) {
   const std::string promtool = Promtool();

@@ -3,55 +3,32 @@
 // `kvnode --check-config`; each such node keeps its data_dir on a named volume and has a stop
 // grace period long enough for its shutdown flush; the etcd and Prometheus services are there.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <string>
+
+#include "tests/deploy/deploy_test_util.h"
 
 namespace {
 
+using kvmesh::deploy_test::DurationSeconds;
+using kvmesh::deploy_test::RunCommand;
+
 const std::filesystem::path kRoot = KVMESH_SOURCE_DIR;
 
-// Runs `command`; its exit code and stdout+stderr.
-std::pair<int, std::string> RunCommand(const std::string& command) {
-  std::string out;
-  std::unique_ptr<FILE, int (*)(FILE*)> p(::popen((command + " 2>&1").c_str(), "r"), ::pclose);
-  if (!p) return {-1, ""};
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p.get()) != nullptr) out += buf.data();
-  const int status = ::pclose(p.release());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-// A compose duration ("2m", "90s", "1m30s") in seconds; -1 when it is not one.
-int DurationSeconds(const std::string& text) {
-  int total = 0;
-  int number = -1;
-  for (const char c : text) {
-    if (c >= '0' && c <= '9') {
-      number = (number < 0 ? 0 : number * 10) + (c - '0');
-    } else if (number >= 0 && (c == 'h' || c == 'm' || c == 's')) {
-      total += number * (c == 'h' ? 3600 : c == 'm' ? 60 : 1);
-      number = -1;
-    } else {
-      return -1;
-    }
-  }
-  return number < 0 && !text.empty() ? total : -1;
-}
-
-TEST(ComposeTest, DurationSecondsReadsComposeDurations) {
+TEST(ComposeTest, DurationSecondsReadsComposeAndSystemdDurations) {
   EXPECT_EQ(DurationSeconds("2m"), 120);
   EXPECT_EQ(DurationSeconds("1m30s"), 90);
   EXPECT_EQ(DurationSeconds("10s"), 10);
+  EXPECT_EQ(DurationSeconds("1h"), 3600);
+  EXPECT_EQ(DurationSeconds("2min"), 120);
+  EXPECT_EQ(DurationSeconds("1min 30s"), 90);
   EXPECT_EQ(DurationSeconds("10"), -1);
   EXPECT_EQ(DurationSeconds("2x"), -1);
+  EXPECT_EQ(DurationSeconds("2 minutes"), -1);
+  EXPECT_EQ(DurationSeconds(""), -1);
 }
 
 TEST(ComposeTest, KvnodeServicesUseRealFlagsAndLoadableConfigs) {

@@ -8,46 +8,27 @@
 // `kvnode --check-config`; the node tells systemd when it is ready (Type=notify:
 // node_kvnode_systemd_test) and the stop timeout leaves time for the shutdown flush.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
-#include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <memory>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/deploy/deploy_test_util.h"
+
 namespace {
+
+using kvmesh::deploy_test::DurationSeconds;
+using kvmesh::deploy_test::OnPath;
+using kvmesh::deploy_test::RunCommand;
 
 namespace fs = std::filesystem;
 const fs::path kRoot = KVMESH_SOURCE_DIR;
-
-std::pair<int, std::string> RunCommand(const std::string& command) {
-  std::string out;
-  std::unique_ptr<FILE, int (*)(FILE*)> p(::popen((command + " 2>&1").c_str(), "r"), ::pclose);
-  if (!p) return {-1, ""};
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), p.get()) != nullptr) out += buf.data();
-  const int status = ::pclose(p.release());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
-std::string OnPath(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path != nullptr ? path : "/usr/bin");
-  for (std::string d; std::getline(dirs, d, ':');) {
-    const fs::path p = fs::path(d) / program;
-    if (::access(p.c_str(), X_OK) == 0) return p.string();
-  }
-  return "";
-}
 
 // The [Service] settings of a unit file: key -> values (a key may repeat).
 std::multimap<std::string, std::string> ServiceSettings(const fs::path& unit) {
@@ -72,20 +53,6 @@ std::string One(const std::multimap<std::string, std::string>& s, const std::str
   return s.count(key) == 1 ? s.find(key)->second : "";
 }
 
-// A systemd time span ("2min", "90s", "1min 30s", "5min") in seconds; -1 when it is not one.
-int SpanSeconds(const std::string& text) {
-  static const std::regex part(R"(\s*(\d+)\s*(min|s)\s*)");
-  int total = 0;
-  std::size_t at = 0;
-  for (std::smatch m; at < text.size();) {
-    const std::string rest = text.substr(at);
-    if (!std::regex_search(rest, m, part) || m.position(0) != 0) return -1;
-    total += std::stoi(m[1].str()) * (m[2].str() == "min" ? 60 : 1);
-    at += static_cast<std::size_t>(m.length(0));
-  }
-  return text.empty() ? -1 : total;
-}
-
 class SystemdTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -96,14 +63,6 @@ class SystemdTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(prefix_); }
   fs::path prefix_;
 };
-
-TEST(SystemdSpanTest, ReadsSystemdTimeSpans) {
-  EXPECT_EQ(SpanSeconds("2min"), 120);
-  EXPECT_EQ(SpanSeconds("90s"), 90);
-  EXPECT_EQ(SpanSeconds("1min 30s"), 90);
-  EXPECT_EQ(SpanSeconds("2 minutes"), -1);
-  EXPECT_EQ(SpanSeconds(""), -1);
-}
 
 TEST_F(SystemdTest, InstallPutsTheProgramsAndTheDeploymentFilesUnderThePrefix) {
   const auto [code, out] = RunCommand(std::string(KVMESH_CMAKE_COMMAND) + " --install " +
@@ -128,7 +87,7 @@ TEST_F(SystemdTest, TheUnitAndItsConfigAgreeAndSystemdAcceptsTheUnit) {
   const auto s = ServiceSettings(unit);
   EXPECT_EQ(One(s, "Type"), "notify");
   EXPECT_EQ(One(s, "RestartPreventExitStatus"), "2");  // a bad config: restarts fail the same way
-  EXPECT_GE(SpanSeconds(One(s, "TimeoutStopSec")), 60);
+  EXPECT_GE(DurationSeconds(One(s, "TimeoutStopSec")), 60);
   const std::string exec = One(s, "ExecStart");
   const std::string bin = "/usr/local/bin/kvnode";
   ASSERT_TRUE(exec.starts_with(bin + " ")) << exec;
