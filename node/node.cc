@@ -140,7 +140,8 @@ std::string LayerRange(const std::vector<std::int32_t>& layers) {
 }
 
 // The node's secrets from the config's sources: the one it presents and accepts, and the second
-// one it also accepts (control.second_secret_file; a missing or empty file: none).
+// one it also accepts (control.second_secret_file; a missing or empty file: none). Their warnings
+// (a file readable by others) are logged here.
 struct NodeSecrets {
   LoadedSecret secret;
   std::optional<LoadedSecret> second;
@@ -157,6 +158,9 @@ Result<NodeSecrets> LoadNodeSecrets(const ControlSection& c) {
       if (!second.ok()) return second.status().WithContext("control.second_secret_file");
       s.second = *std::move(second);
     }
+  }
+  for (const LoadedSecret* loaded : {&s.secret, s.second ? &*s.second : nullptr}) {
+    if (loaded != nullptr && !loaded->warning.empty()) KVMESH_LOG_WARN("{}", loaded->warning);
   }
   return s;
 }
@@ -228,9 +232,6 @@ Status Node::Open(const NodeConfig& config) {
 
   KVMESH_ASSIGN_OR_RETURN(lock_fd_, LockDataDir(c.data_dir));
   KVMESH_ASSIGN_OR_RETURN(const NodeSecrets secrets, LoadNodeSecrets(c.control));
-  for (const LoadedSecret* s : {&secrets.secret, secrets.second ? &*secrets.second : nullptr}) {
-    if (s != nullptr && !s->warning.empty()) KVMESH_LOG_WARN("{}", s->warning);
-  }
   secret_origin_ = secrets.secret.origin;
   if (secrets.second) secret_origin_ += ", and a second one from " + secrets.second->origin;
   presented_secret_ = std::make_shared<PresentedSecret>(secrets.secret.secret);
@@ -583,9 +584,6 @@ Status Node::ReloadSecrets() {
   if (!secrets.ok()) {
     KVMESH_LOG_ERROR("secrets not reloaded, the ones in use stay: {}", secrets.status().ToString());
     return secrets.status();
-  }
-  for (const LoadedSecret* s : {&secrets->secret, secrets->second ? &*secrets->second : nullptr}) {
-    if (s != nullptr && !s->warning.empty()) KVMESH_LOG_WARN("{}", s->warning);
   }
   server_->SetSecrets(secrets->secret.secret, secrets->second ? secrets->second->secret : "");
   presented_secret_->Set(secrets->secret.secret);
