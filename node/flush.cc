@@ -225,31 +225,21 @@ FlushCounts FlushToDiskTier(TieredCache& cache, const FlushOptions& options) {
     }
   };
 
-  // Host-tier blocks first (at equal priority they rank below every pool block; one of a higher
-  // priority is protected by the tier's eviction, which takes the lowest priority first), then the
-  // pool blocks from the least valuable kept on.
-  if (host != nullptr) {
-    std::vector<std::unordered_set<ContentId, ContentIdHash>> selected(
-        static_cast<std::size_t>(num_pools));
-    for (std::size_t i = 0; i < kept; ++i) {
-      if (!all[i].in_pool && all[i].bytes > 0) {
-        selected[static_cast<std::size_t>(all[i].host_pool)].insert(all[i].id);
-      }
-    }
-    for (int p = 0; p < num_pools; ++p) {
-      if (selected[static_cast<std::size_t>(p)].empty()) continue;
-      host->ForEachBlock(TierPoolId{p}, [&](const EvictedBundle& b) {
-        if (!selected[static_cast<std::size_t>(p)].contains(b.id) || disk->Contains(b.pool, b.id)) {
-          return;
-        }
+  // From the least valuable kept on, host-tier and pool blocks alike: if the tier has to evict
+  // while the flush writes (its budget moved), its eviction takes the least recently written of a
+  // priority first, which are then the least valuable.
+  for (std::size_t i = kept; i-- > 0;) {
+    const Candidate& k = all[i];
+    if (k.bytes == 0) continue;
+    if (!k.in_pool) {
+      // Gone since the listing (evicted to make room, or spilled to the disk tier): skipped.
+      host->VisitBlock(TierPoolId{k.host_pool}, k.id, [&](const EvictedBundle& b) {
+        if (disk->Contains(b.pool, b.id)) return;
         put(static_cast<std::int64_t>(b.bundle.size()),
             [&] { return disk->PutBundle(b.pool, b.id, b.bundle, b.priority); });
       });
+      continue;
     }
-  }
-  for (std::size_t i = kept; i-- > 0;) {
-    const Candidate& k = all[i];
-    if (!k.in_pool || k.bytes == 0) continue;
     // Pinned while read: not evicted or reused meanwhile. Gone since the listing: skipped.
     Result<PinnedBlocks> pinned = cache.manager().PinByContentId(k.id);
     if (!pinned.ok()) continue;

@@ -388,41 +388,54 @@ Status HostTier::PutBundle(TierPoolId pool, const ContentId& id, std::span<const
   return Status::Ok();
 }
 
+// Pins a ready slot (`slot`, or with `id` the slot that holds it, looked up under the same lock),
+// calls fn on its bundle and unpins it: one step of ForEachBlock and VisitBlock. Whether fn ran.
+bool HostTier::VisitSlot(Shard& shard, std::int32_t slot, const ContentId* id, TierPoolId pool,
+                         const std::function<void(const EvictedBundle&)>& fn) {
+  EvictedBundle b;
+  {
+    MutexLock lock(&shard.mu);
+    if (id != nullptr) slot = shard.Lookup(*id);
+    if (slot < 0) return false;
+    Slot& s = shard.slots[slot];
+    // A spilling victim is the sink's (and on its way to the tier below): not visited.
+    if (s.state != SlotState::kReady || s.erase_pending || s.spilling) return false;
+    ++s.pins;
+    RemoveEvictable(shard, slot);
+    b.pool = pool;
+    b.id = s.id;
+    b.priority = s.priority;
+    b.last_use = s.last_use;
+  }
+  b.bundle = {SlotData(shard, slot), static_cast<std::size_t>(shard.codec.bundle_bytes())};
+  fn(b);
+  MutexLock lock(&shard.mu);
+  Slot& s = shard.slots[slot];
+  if (--s.pins == 0) {
+    if (s.erase_pending) {
+      FreeSlot(shard, slot);
+    } else {
+      MakeEvictable(shard, slot);
+    }
+  }
+  return true;
+}
+
 std::int64_t HostTier::ForEachBlock(TierPoolId pool,
                                     const std::function<void(const EvictedBundle&)>& fn) {
   Result<Shard*> found = FindShard(pool, kTierDefaultPriority);
   if (!found.ok()) return 0;
-  Shard& shard = **found;
-  const auto n = static_cast<std::size_t>(shard.codec.bundle_bytes());
   std::int64_t seen = 0;
-  for (std::int32_t slot = 0; slot < shard.num_slots; ++slot) {
-    EvictedBundle b;
-    {
-      MutexLock lock(&shard.mu);
-      Slot& s = shard.slots[slot];
-      // A spilling victim is the sink's (and on its way to the tier below): not walked.
-      if (s.state != SlotState::kReady || s.erase_pending || s.spilling) continue;
-      ++s.pins;
-      RemoveEvictable(shard, slot);
-      b.pool = pool;
-      b.id = s.id;
-      b.priority = s.priority;
-      b.last_use = s.last_use;
-    }
-    b.bundle = {SlotData(shard, slot), n};
-    fn(b);
-    ++seen;
-    MutexLock lock(&shard.mu);
-    Slot& s = shard.slots[slot];
-    if (--s.pins == 0) {
-      if (s.erase_pending) {
-        FreeSlot(shard, slot);
-      } else {
-        MakeEvictable(shard, slot);
-      }
-    }
+  for (std::int32_t slot = 0; slot < (*found)->num_slots; ++slot) {
+    if (VisitSlot(**found, slot, nullptr, pool, fn)) ++seen;
   }
   return seen;
+}
+
+bool HostTier::VisitBlock(TierPoolId pool, const ContentId& id,
+                          const std::function<void(const EvictedBundle&)>& fn) {
+  Result<Shard*> found = FindShard(pool, kTierDefaultPriority);
+  return found.ok() && VisitSlot(**found, -1, &id, pool, fn);
 }
 
 Status HostTier::Get(TierPoolId pool, const ContentId& id, const KvPoolView& dst,

@@ -111,6 +111,11 @@ class HostTier final : public BlockTier {
   // pool). The bundles' last_use: the pool's use stamps (larger: used more recently). For flushing
   // at shutdown.
   std::int64_t ForEachBlock(TierPoolId pool, const std::function<void(const EvictedBundle&)>& fn);
+  // The same for one block: calls fn if `pool` holds `id` ready, the block pinned while fn runs
+  // (and then the most recently used). Whether fn ran. fn must not call into this tier for the same
+  // pool.
+  bool VisitBlock(TierPoolId pool, const ContentId& id,
+                  const std::function<void(const EvictedBundle&)>& fn);
 
   Status GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
                        std::int64_t block) override;
@@ -220,6 +225,8 @@ class HostTier final : public BlockTier {
 
   HostTier(HostTierOptions options, HostMemory memory);
   Result<Shard*> FindShard(TierPoolId pool, int priority) const;
+  bool VisitSlot(Shard& shard, std::int32_t slot, const ContentId* id, TierPoolId pool,
+                 const std::function<void(const EvictedBundle&)>& fn);
   // Get (verify, then copy) or GetForRestore (one pass).
   Status Read(TierPoolId pool, const ContentId& id, const KvPoolView& dst, std::int64_t block,
               bool one_pass);

@@ -136,6 +136,45 @@ TEST(FlushTest, AFlushWaitsForAFullTierToReclaimRoomAndWritesEveryBlock) {
   }
 }
 
+// Host-tier and pool blocks are written least valuable first, in one order: the host tier's by its
+// own recency, not by slot. 64 single-block prompts through a pool of 4 leave 60 in the host tier,
+// evicted in the order they ran; three of the oldest are then read from it (its most recently
+// used now). Into the tier that stays full (about 51 puts), the flush writes the host tier's
+// least recently used first, so the three read and the 4 pool blocks are among those it never
+// gets to. (Written by slot, as before, the three oldest went first.)
+TEST(FlushTest, HostTierBlocksAreWrittenLeastRecentlyUsedFirst) {
+  TempDir dir;
+  RigOptions o = FullTierRig(dir.path(), 4);
+  o.host_blocks = 64;
+  Rig rig(o);
+  const std::int32_t t = rig.tokens_per_block();
+  std::vector<ContentId> ids;
+  for (int d = 0; d < 64; ++d) {
+    rig.Run(d + 1, Doc(t, d), WholeBlocks());
+    ids.push_back(rig.Ids(Doc(t, d), WholeBlocks())[0]);
+  }
+  rig.engine().Drain();
+  HostTier& host = *rig.engine().host();
+  ASSERT_EQ(host.stats().entries, 60);
+  TestPool scratch(rig.view().layout, 1, 1.0f);
+  for (const int d : {2, 0, 1}) ASSERT_TRUE(host.Get(kPool, ids[d], scratch.view(), 0).ok()) << d;
+  const FlushCounts f = FlushToDiskTier(rig.cache(), {.full = FullDiskTier::kEndsTheFlush,
+                                                      .full_wait = std::chrono::milliseconds(100)});
+  EXPECT_EQ(f.candidates, 64);
+  ASSERT_GT(f.written, 3);
+  ASSERT_LT(f.written, 52);
+  RocksDbTier& disk = *rig.engine().disk();
+  std::vector<int> on_disk;
+  for (int d = 0; d < 64; ++d) {
+    if (disk.Contains(kPool, ids[d])) on_disk.push_back(d);
+  }
+  EXPECT_EQ(static_cast<std::int64_t>(on_disk.size()), f.written);
+  for (const int d : {0, 1, 2, 60, 61, 62, 63}) {
+    EXPECT_FALSE(disk.Contains(kPool, ids[d])) << d;
+  }
+  EXPECT_TRUE(disk.Contains(kPool, ids[3]));  // the least recently used of the host tier
+}
+
 // A budget cut among host-tier blocks keeps the ones used most recently (the host tier's own
 // recency), not the first slots: 16 single-block prompts through a pool of 4 blocks leave 12 in
 // the host tier, evicted in the order they ran; two of the oldest are then read from the host tier

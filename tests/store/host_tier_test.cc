@@ -102,6 +102,44 @@ TEST(HostTier, MissPresentAndErase) {
   EXPECT_EQ(tier->stats().used_bytes, 0);
 }
 
+// The flush's two ways in: the walk sees every ready block with its id, priority, use stamp and
+// bundle; VisitBlock finds one by id (false for one the tier does not hold), and a visited block
+// becomes the most recently used, so the next put's victim is another.
+TEST(HostTier, ForEachBlockAndVisitBlock) {
+  auto tier = MakeTier(Small(), 3);
+  const KvPoolLayout layout = LayoutOf(Small().geometry);
+  TestPool src(layout, 4, 1.0f);
+  for (int b = 0; b < 3; ++b) {
+    src.Fill(b, b + 1);
+    ASSERT_TRUE(tier->Put(kPool, IdFor(b), src.view(), b, 35).ok());
+  }
+  std::map<ContentId, std::uint64_t> stamps;
+  const std::int64_t seen = tier->ForEachBlock(kPool, [&](const EvictedBundle& e) {
+    EXPECT_EQ(e.priority, 35);
+    EXPECT_EQ(e.bundle.size(), static_cast<std::size_t>(tier->Codec(kPool)->bundle_bytes()));
+    stamps[e.id] = e.last_use;
+  });
+  EXPECT_EQ(seen, 3);
+  ASSERT_EQ(stamps.size(), 3u);
+  EXPECT_LT(stamps[IdFor(0)], stamps[IdFor(1)]);
+  EXPECT_LT(stamps[IdFor(1)], stamps[IdFor(2)]);
+  EXPECT_FALSE(tier->VisitBlock(kPool, IdFor(7), [](const EvictedBundle&) { FAIL(); }));
+  EXPECT_FALSE(tier->VisitBlock(TierPoolId{5}, IdFor(0), [](const EvictedBundle&) { FAIL(); }));
+  int visits = 0;
+  EXPECT_TRUE(tier->VisitBlock(kPool, IdFor(0), [&](const EvictedBundle& e) {
+    ++visits;
+    EXPECT_EQ(e.id, IdFor(0));
+    EXPECT_EQ(e.priority, 35);
+  }));
+  EXPECT_EQ(visits, 1);
+  src.Fill(3, 9);
+  ASSERT_TRUE(tier->Put(kPool, IdFor(3), src.view(), 3, 35).ok());
+  EXPECT_TRUE(tier->Contains(kPool, IdFor(0)));  // visited: now more recent than 1
+  EXPECT_FALSE(tier->Contains(kPool, IdFor(1)));
+  ASSERT_TRUE(tier->Erase(kPool, IdFor(2)).ok());
+  EXPECT_FALSE(tier->VisitBlock(kPool, IdFor(2), [](const EvictedBundle&) { FAIL(); }));
+}
+
 TEST(HostTier, EvictsLowestPriorityThenLeastRecentlyUsed) {
   std::vector<ContentId> victims;
   auto tier = MakeTier(Small(), 4, [&](const EvictedBundle& e) {
