@@ -396,6 +396,12 @@ class RocksDbTier final : public BlockTier {
   // (on_disk > kGcTrigger x live + kGcSlack, with blob files), and there is room to rewrite the
   // live bundles first (on_disk + live within the capacity, when it is counted on disk).
   [[nodiscard]] bool WorthCollecting(std::int64_t on_disk, std::int64_t live) const;
+  // What the files on disk say of the amplification: on_disk / live, but with blob files no more
+  // than kGcTrigger x live + kGcSlack over live — the garbage above that is a collection's to
+  // remove, not the budget's (upkeep and open alike; at open, garbage counted as amplification
+  // once shrank the budget below the live blocks and evicted them); within 1 and
+  // kMaxAmplification. REQUIRES: live > 0.
+  [[nodiscard]] double AmplificationSample(std::int64_t on_disk, std::int64_t live) const;
   // Turns RocksDB's blob garbage collection in background compactions on for a bundle family
   // whose blob files hold more than kBackgroundGcOn of garbage (as RocksDB has counted it), and
   // off again below kBackgroundGcOff (upkeep thread).

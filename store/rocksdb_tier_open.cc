@@ -430,14 +430,15 @@ Status RocksDbTier::LoadIndex() {
   {
     MutexLock lock(&mu_);
     // A first estimate of the space amplification, learned from then on (the upkeep thread):
-    // what the folder shows now, or what the layout is expected to need (with the values in the
-    // SSTs, a compaction of random keys needs room for the whole last level again).
-    const auto on_disk = static_cast<double>(sst_files_->GetTotalSize());
+    // what the folder shows now (less the blob garbage a collection would remove), or what the
+    // layout is expected to need (with the values in the SSTs, a compaction of random keys needs
+    // room for the whole last level again).
+    const auto on_disk = static_cast<std::int64_t>(sst_files_->GetTotalSize());
     amplification_ = options_.enable_blob_files ? 1.5 : 2.0;
-    if (ready_bytes_ > 0 && on_disk > static_cast<double>(ready_bytes_)) {
-      amplification_ = std::max(amplification_, on_disk / static_cast<double>(ready_bytes_));
+    if (ready_bytes_ > 0) {
+      amplification_ = std::max(amplification_, AmplificationSample(on_disk, ready_bytes_));
     }
-    disk_bytes_.store(static_cast<std::int64_t>(on_disk), std::memory_order_relaxed);
+    disk_bytes_.store(on_disk, std::memory_order_relaxed);
     budget_bytes_.store(LogicalBudget(), std::memory_order_relaxed);
     while (used_bytes_ > Budget() && order_.size() > 0) victims.push_back(EvictOne());
   }

@@ -58,6 +58,16 @@ bool RocksDbTier::WorthCollecting(std::int64_t on_disk, std::int64_t live) const
                      kGcTrigger * static_cast<double>(live) + static_cast<double>(kGcSlack);
 }
 
+double RocksDbTier::AmplificationSample(std::int64_t on_disk, std::int64_t live) const {
+  double sample = static_cast<double>(on_disk) / static_cast<double>(live);
+  if (options_.enable_blob_files) {
+    sample =
+        std::min(sample, (kGcTrigger * static_cast<double>(live) + static_cast<double>(kGcSlack)) /
+                             static_cast<double>(live));
+  }
+  return std::clamp(sample, 1.0, kMaxAmplification);
+}
+
 Status RocksDbTier::CollectGarbage() {
   if (disabled()) return DisabledError();
   if (!options_.enable_blob_files) return Status::Ok();  // compactions drop dead values themselves
@@ -256,16 +266,7 @@ void RocksDbTier::SampleCapacity() {
     const std::int64_t min_bytes = std::max<std::int64_t>(options_.capacity_bytes / 100,
                                                           8 * pools_.front()->codec.bundle_bytes());
     if (ready_bytes_ >= min_bytes) {
-      double sample = static_cast<double>(on_disk) / static_cast<double>(ready_bytes_);
-      if (options_.enable_blob_files &&
-          static_cast<double>(on_disk) >
-              kGcTrigger * static_cast<double>(ready_bytes_) + static_cast<double>(kGcSlack)) {
-        // The garbage above the trigger is the collection's to remove, not the budget's (even
-        // while there is no room for one: the write limit keeps the files within the capacity).
-        sample = std::min(sample, (kGcTrigger * static_cast<double>(ready_bytes_) +
-                                   static_cast<double>(kGcSlack)) /
-                                      static_cast<double>(ready_bytes_));
-      }
+      const double sample = AmplificationSample(on_disk, ready_bytes_);
       // After a garbage collection the peak it removed is no guide: follow the sample at once.
       const bool collected = gc_done_.exchange(false, std::memory_order_acq_rel);
       amplification_ =

@@ -67,19 +67,25 @@ void Print(const char* what, const TierStats& s, const DiskUse& d) {
 
 constexpr std::int64_t kSlack = 4 << 20;  // memtables, level-0 files and keys of a small tier
 
-// Many short openings, each putting 64 blocks and erasing most of them again before it closes:
+// Many short openings, each putting 48 blocks and erasing most of them again before it closes:
 // one block in four is hot (priority 60, read at every opening) until 72 are (18 MiB); of the cold
 // ones all but the last 8 of an opening are erased. So the blob files keep a few live bundles among
-// many dead ones. Then the tier is opened once more and its garbage collected: the files must come
-// back to 1.25 x the live bundles + 4 MiB, every hot block still held.
+// many dead ones. RocksDB's own compactions are off, as when short openings never give them their
+// turn (before, they were on, and whether they ran decided the test: on a fast machine the
+// openings ended first, the files reached the write limit and hot puts were refused); the 84 MiB
+// written stay below the write limit of the 128 MiB tier. Then the tier is opened once more and
+// its garbage collected: the files must come back to 1.25 x the live bundles + 4 MiB, every hot
+// block still held.
 TEST(RocksDbTierBlobGc, ShortOpeningsLeaveGarbageThatACollectionReclaims) {
   TempDir dir;
   const std::string path = dir.path() + "/db";
-  const RocksDbTierOptions o = Options(path);
+  RocksDbTierOptions o = Options(path);
+  o.capacity_bytes = 128ll << 20;
+  o.disable_auto_compactions = true;
   TestPool src(o.pools[0].layout, 1, 1.0f);
   TestPool dst(o.pools[0].layout, 1, 1.0f);
-  constexpr int kOpenings = 12;
-  constexpr int kPutsPerOpening = 64;
+  constexpr int kOpenings = 7;
+  constexpr int kPutsPerOpening = 48;
   constexpr int kColdKept = 8;
   constexpr std::size_t kMaxHot = 72;
   std::uint64_t next = 0;
@@ -97,9 +103,8 @@ TEST(RocksDbTierBlobGc, ShortOpeningsLeaveGarbageThatACollectionReclaims) {
       const std::uint64_t id = next++;
       const bool is_hot = id % 4 == 0 && hot.size() < kMaxHot;
       src.Fill(0, id);
-      const Status st = tier->Put(kPool, IdFor(id), src.view(), 0, is_hot ? 60 : 35);
-      ASSERT_TRUE(st.ok() || st.IsResourceExhausted()) << st;
-      if (st.ok()) (is_hot ? hot : cold).push_back(id);
+      ASSERT_TRUE(tier->Put(kPool, IdFor(id), src.view(), 0, is_hot ? 60 : 35).ok()) << id;
+      (is_hot ? hot : cold).push_back(id);
     }
     for (std::size_t i = 0; i + kColdKept < cold.size(); ++i) {
       tier->Erase(kPool, IdFor(cold[i])).IgnoreError();  // kNotFound once evicted
@@ -128,6 +133,47 @@ TEST(RocksDbTierBlobGc, ShortOpeningsLeaveGarbageThatACollectionReclaims) {
   ASSERT_GT(s.used_bytes, 8 << 20);
   EXPECT_LE(static_cast<double>(after.total()), bound);
   EXPECT_EQ(tier->garbage_collections(), 1);
+}
+
+// Blob garbage at open is a collection's to remove, not a reason to shrink the budget: 64 hot
+// blocks (16 MiB) and 120 blocks put, flushed and erased again (30 MiB of dead bundles), RocksDB's
+// compactions off so that the dead bundles stay in the files. Reopened, the files show 2.9 x the
+// live bytes; taken as the amplification, that gave a budget of 15.4 MiB and evicted hot blocks at
+// open (up to 28 of 72 in the short-openings test above, when its openings outran the
+// compactions). Capped as the upkeep caps its samples (1.5 x live + 4 MiB), every hot block stays.
+TEST(RocksDbTierBlobGc, GarbageAtOpenDoesNotEvictLiveBlocks) {
+  TempDir dir;
+  const std::string path = dir.path() + "/db";
+  RocksDbTierOptions o = Options(path);
+  o.disable_auto_compactions = true;
+  TestPool src(o.pools[0].layout, 1, 1.0f);
+  constexpr int kHot = 64;
+  constexpr int kDeadBatches = 3;  // of 40 blocks (10 MiB), flushed before they are erased
+  {
+    auto tier = store_test::OpenTierOrDie(o);
+    int id = 0;
+    for (; id < kHot; ++id) {
+      src.Fill(0, static_cast<std::uint64_t>(id));
+      ASSERT_TRUE(tier->Put(kPool, IdFor(id), src.view(), 0, 60).ok()) << id;
+    }
+    for (int batch = 0; batch < kDeadBatches; ++batch) {
+      const int first = id;
+      for (; id < first + 40; ++id) {
+        src.Fill(0, static_cast<std::uint64_t>(id));
+        ASSERT_TRUE(tier->Put(kPool, IdFor(id), src.view(), 0, 35).ok()) << id;
+      }
+      ASSERT_TRUE(tier->Flush().ok());  // the bundles into blob files
+      for (int i = first; i < id; ++i) ASSERT_TRUE(tier->Erase(kPool, IdFor(i)).ok()) << i;
+    }
+  }
+  auto tier = store_test::OpenTierOrDie(o);
+  const TierStats s = tier->stats();
+  Print("reopened", s, Measure(path));
+  EXPECT_EQ(s.entries, kHot);
+  EXPECT_GE(tier->budget_bytes(), s.used_bytes);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // several upkeep samples
+  EXPECT_EQ(tier->stats().entries, kHot);
+  for (int i = 0; i < kHot; ++i) EXPECT_TRUE(tier->Contains(kPool, IdFor(i))) << i;
 }
 
 // One opening that writes 100 MiB of bundles into the 64 MiB tier, almost all erased again at once
