@@ -50,11 +50,12 @@
 // 5% (UpdateBackgroundGc; a tier that only fills rewrites nothing). When those
 // compactions do not get their turn (short runs that close first, a loaded machine) the files fill
 // with dead bundles (seen: 491 blocks, 184 MiB live in 858 MB, puts refused at capacity). So when
-// the files reach the write limit's resume mark with more than 1.5 x the live bundles + 4 MiB, and
-// there is room to rewrite the live bundles, the upkeep thread collects every blob file's garbage
-// (CollectGarbage, on a thread of its own) instead of only asking for a compaction; and the
-// learned amplification does not count garbage above that trigger (room or not), so the budget
-// does not evict live blocks for it.
+// the files reach the write limit's resume mark with more than 1.5 x the live bundles + 4 MiB, the
+// upkeep thread collects the garbage on a thread of its own instead of only asking for a
+// compaction: every blob file's (CollectGarbage) when there is room to rewrite the live bundles,
+// else the oldest files' in steps that fit in the room (CollectGarbageWithinCapacity); and the
+// learned amplification does not count garbage above that trigger, at open or after, so the
+// budget does not evict live blocks for it.
 //
 // Capacity: capacity_bytes is bytes on disk — RocksDB's SST and blob files as its SstFileManager
 // counts them, plus unflushed memtables — not the bundles' logical size. An upkeep thread samples
@@ -87,11 +88,13 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -393,9 +396,21 @@ class RocksDbTier final : public BlockTier {
   // evicted blocks' space comes back even while puts are refused (no flush would trigger one).
   void NudgeCompaction();
   // Whether the files on disk exceed the live bundles by enough to collect their garbage
-  // (on_disk > kGcTrigger x live + kGcSlack, with blob files), and there is room to rewrite the
-  // live bundles first (on_disk + live within the capacity, when it is counted on disk).
+  // (on_disk > kGcTrigger x live + kGcSlack, with blob files).
   [[nodiscard]] bool WorthCollecting(std::int64_t on_disk, std::int64_t live) const;
+  // The upkeep's collection. With room under the capacity to rewrite every live bundle (files +
+  // live + kGcSlack within it), CollectGarbage. Without (a tier at its write limit holds 80% of
+  // its capacity in files, so a full collection fits only while the live bundles are under about
+  // 20% of it), in steps: each compacts the bundle family with blob GC forced at the age cutoff
+  // that takes the oldest blob files whose live bundles, as RocksDB counts them, fit in the room
+  // (RocksDB writes the relocated bundles before it deletes the old files), until the files are
+  // back under the trigger, no file fits, or kMaxGcSteps. An oldest file of live bundles only is
+  // rewritten into a new file, so the next step reaches the garbage behind it. Asks for a
+  // compaction when no step could run.
+  Status CollectGarbageWithinCapacity();
+  Status CompactFamily(const PoolFamilies& p, double age_cutoff);
+  void CollectionDone(std::chrono::steady_clock::time_point start, std::int64_t before,
+                      std::string_view what);
   // What the files on disk say of the amplification: on_disk / live, but with blob files no more
   // than kGcTrigger x live + kGcSlack over live — the garbage above that is a collection's to
   // remove, not the budget's (upkeep and open alike; at open, garbage counted as amplification
@@ -406,8 +421,9 @@ class RocksDbTier final : public BlockTier {
   // whose blob files hold more than kBackgroundGcOn of garbage (as RocksDB has counted it), and
   // off again below kBackgroundGcOff (upkeep thread).
   void UpdateBackgroundGc();
-  // The upkeep thread's GC: CollectGarbage on gc_thread_ (one at a time), joined at close.
-  void StartCollectingGarbage();
+  // The upkeep thread's GC: CollectGarbageWithinCapacity on gc_thread_ (one at a time, one every
+  // kGcIntervalNs), joined at close. Whether it started one.
+  bool StartCollectingGarbage();
   [[nodiscard]] std::int64_t EffectiveWriteBuffer() const;
   [[nodiscard]] std::int64_t LogicalBudget() const;  // from amplification_ (upkeep, open)
   Status FlushNow() KVMESH_EXCLUDES(flush_mu_, mu_);

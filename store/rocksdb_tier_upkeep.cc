@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "common/log.h"
 #include "common/strings.h"
@@ -32,6 +33,9 @@ constexpr double kMaxAmplification = 8.0;
 constexpr double kGcTrigger = 1.5;
 constexpr std::int64_t kGcSlack = 4ll << 20;
 constexpr std::int64_t kGcIntervalNs = 5'000'000'000;
+// A collection without room to rewrite every live bundle goes in steps of the oldest files that
+// fit; at most this many, each one compaction of the bundle family.
+constexpr int kMaxGcSteps = 8;
 // RocksDB's own blob GC in background compactions rewrites the live bundles of the oldest quarter
 // of the blob files whether or not they hold garbage; so it runs only while the blob files' garbage
 // is above 10% of their bytes, and stops below 5% (hysteresis, so that it does not flap).
@@ -50,12 +54,9 @@ void RocksDbTier::StartUpkeep() {
 }
 
 bool RocksDbTier::WorthCollecting(std::int64_t on_disk, std::int64_t live) const {
-  if (!options_.enable_blob_files) return false;
-  // The collection writes the live bundles before it deletes the old files.
-  const bool room = options_.capacity_bytes < rocksdb_tier::kMinOnDiskCapacity ||
-                    on_disk + live <= options_.capacity_bytes;
-  return room && static_cast<double>(on_disk) >
-                     kGcTrigger * static_cast<double>(live) + static_cast<double>(kGcSlack);
+  return options_.enable_blob_files &&
+         static_cast<double>(on_disk) >
+             kGcTrigger * static_cast<double>(live) + static_cast<double>(kGcSlack);
 }
 
 double RocksDbTier::AmplificationSample(std::int64_t on_disk, std::int64_t live) const {
@@ -68,27 +69,25 @@ double RocksDbTier::AmplificationSample(std::int64_t on_disk, std::int64_t live)
   return std::clamp(sample, 1.0, kMaxAmplification);
 }
 
-Status RocksDbTier::CollectGarbage() {
-  if (disabled()) return DisabledError();
-  if (!options_.enable_blob_files) return Status::Ok();  // compactions drop dead values themselves
-  const auto start = SteadyClock::now();
-  const auto before = static_cast<std::int64_t>(sst_files_->GetTotalSize());
-  KVMESH_RETURN_IF_ERROR(FlushNow());  // erases and evictions in the memtables reach the files
+Status RocksDbTier::CompactFamily(const PoolFamilies& p, double age_cutoff) {
   rocksdb::CompactRangeOptions c;
   c.exclusive_manual_compaction = false;  // background flushes and compactions go on meanwhile
   // The last level too (with dynamic level sizes that is where nearly every key is), so that
-  // every blob reference is read and every blob file is a candidate.
+  // every blob reference is read and every blob file within the cutoff is a candidate.
   c.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForce;
   c.blob_garbage_collection_policy = rocksdb::BlobGarbageCollectionPolicy::kForce;
-  c.blob_garbage_collection_age_cutoff = 1.0;
-  for (const auto& p : pools_) {
-    if (rocksdb::Status s = db_->CompactRange(c, p->data, nullptr, nullptr); !s.ok()) {
-      if (s.IsIncomplete() && s.subcode() == rocksdb::Status::kManualCompactionPaused) {
-        return Status::Cancelled("rocksdb tier: garbage collection stopped by close");
-      }
-      return Disable("garbage collection", s);
+  c.blob_garbage_collection_age_cutoff = age_cutoff;
+  if (rocksdb::Status s = db_->CompactRange(c, p.data, nullptr, nullptr); !s.ok()) {
+    if (s.IsIncomplete() && s.subcode() == rocksdb::Status::kManualCompactionPaused) {
+      return Status::Cancelled("rocksdb tier: garbage collection stopped by close");
     }
+    return Disable("garbage collection", s);
   }
+  return Status::Ok();
+}
+
+void RocksDbTier::CollectionDone(SteadyClock::time_point start, std::int64_t before,
+                                 std::string_view what) {
   gc_runs_.fetch_add(1, std::memory_order_relaxed);
   gc_done_.store(true, std::memory_order_release);
   std::int64_t live = 0;
@@ -97,25 +96,102 @@ Status RocksDbTier::CollectGarbage() {
     live = ready_bytes_;
   }
   KVMESH_LOG_INFO(
-      "rocksdb tier collected blob garbage path {} disk_bytes_before {} disk_bytes_after {} "
-      "live_bytes {} seconds {:.3f}",
-      options_.path, before, sst_files_->GetTotalSize(), live,
+      "rocksdb tier collected blob garbage path {} files {} disk_bytes_before {} "
+      "disk_bytes_after {} live_bytes {} seconds {:.3f}",
+      options_.path, what, before, sst_files_->GetTotalSize(), live,
       std::chrono::duration<double>(SteadyClock::now() - start).count());
+}
+
+Status RocksDbTier::CollectGarbage() {
+  if (disabled()) return DisabledError();
+  if (!options_.enable_blob_files) return Status::Ok();  // compactions drop dead values themselves
+  const auto start = SteadyClock::now();
+  const auto before = static_cast<std::int64_t>(sst_files_->GetTotalSize());
+  KVMESH_RETURN_IF_ERROR(FlushNow());  // erases and evictions in the memtables reach the files
+  for (const auto& p : pools_) KVMESH_RETURN_IF_ERROR(CompactFamily(*p, 1.0));
+  CollectionDone(start, before, "all");
   return Status::Ok();
 }
 
-void RocksDbTier::StartCollectingGarbage() {
-  if (gc_running_.load(std::memory_order_acquire)) return;
+Status RocksDbTier::CollectGarbageWithinCapacity() {
+  if (disabled()) return DisabledError();
+  if (!options_.enable_blob_files) return Status::Ok();
+  const auto live = [this] {
+    MutexLock lock(&mu_);
+    return ready_bytes_;
+  };
+  const auto on_disk = [this] { return static_cast<std::int64_t>(sst_files_->GetTotalSize()); };
+  const auto stopping = [this] {
+    MutexLock lock(&upkeep_mu_);
+    return upkeep_stop_;
+  };
+  // What a collection may rewrite: the room under the capacity, less the slack for new SST files.
+  if (options_.capacity_bytes < rocksdb_tier::kMinOnDiskCapacity ||
+      live() <= options_.capacity_bytes - on_disk() - kGcSlack) {
+    return CollectGarbage();
+  }
+  const auto start = SteadyClock::now();
+  const std::int64_t before = on_disk();
+  KVMESH_RETURN_IF_ERROR(FlushNow());
+  int steps = 0;
+  std::int64_t files = 0;
+  while (steps < kMaxGcSteps && WorthCollecting(on_disk(), live())) {
+    bool stepped = false;
+    for (const auto& p : pools_) {
+      rocksdb::ColumnFamilyMetaData meta;
+      db_->GetColumnFamilyMetaData(p->data, &meta);
+      std::vector<rocksdb::BlobMetaData>& blobs = meta.blob_files;
+      std::sort(blobs.begin(), blobs.end(), [](const auto& a, const auto& b) {
+        return a.blob_file_number < b.blob_file_number;
+      });
+      // The oldest files whose live bundles (total less the garbage RocksDB has counted: an
+      // upper bound, since erases not yet compacted are not counted) fit in the room.
+      const std::int64_t step_start = on_disk();
+      const std::int64_t r = options_.capacity_bytes - step_start - kGcSlack;
+      std::int64_t rewrite = 0;
+      std::int64_t freed = 0;
+      std::size_t k = 0;
+      for (; k < blobs.size(); ++k) {
+        const auto l =
+            static_cast<std::int64_t>(blobs[k].total_blob_bytes - blobs[k].garbage_blob_bytes);
+        if (rewrite + l > r) break;
+        rewrite += l;
+        freed += static_cast<std::int64_t>(blobs[k].blob_file_size);
+      }
+      if (k == 0) continue;
+      // RocksDB collects the files below index floor(cutoff x count) in file-number order.
+      KVMESH_RETURN_IF_ERROR(
+          CompactFamily(*p, (static_cast<double>(k) + 0.5) / static_cast<double>(blobs.size())));
+      // RocksDB deletes the collected files just after the compaction returns, and the next
+      // step's room counts on that: wait for it (up to 2 s; kGcSlack covers the new SST files).
+      const std::int64_t expected = step_start + rewrite - freed + kGcSlack;
+      for (int i = 0; i < 100 && on_disk() > expected && !stopping(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      files += static_cast<std::int64_t>(k);
+      stepped = true;
+    }
+    if (!stepped) break;  // no file fits in the room
+    ++steps;
+  }
+  if (steps == 0) return Status::Ok();  // the upkeep's compaction requests go on
+  CollectionDone(start, before, StrCat("oldest ", files, " in ", steps, " steps"));
+  return Status::Ok();
+}
+
+bool RocksDbTier::StartCollectingGarbage() {
+  if (gc_running_.load(std::memory_order_acquire)) return false;
   const std::int64_t now = NowNs();
-  if (last_gc_ns_ != 0 && now - last_gc_ns_ < kGcIntervalNs) return;
+  if (last_gc_ns_ != 0 && now - last_gc_ns_ < kGcIntervalNs) return false;
   last_gc_ns_ = now;
   if (gc_thread_.joinable()) gc_thread_.join();  // the previous one, finished
   gc_running_.store(true, std::memory_order_release);
   gc_thread_ = std::thread([this] {
     // A failure disabled the tier (logged there); a cancel is the close.
-    CollectGarbage().IgnoreError();
+    CollectGarbageWithinCapacity().IgnoreError();
     gc_running_.store(false, std::memory_order_release);
   });
+  return true;
 }
 
 void RocksDbTier::StopUpkeep() {
@@ -284,13 +360,9 @@ void RocksDbTier::SampleCapacity() {
   if (options_.capacity_bytes >= rocksdb_tier::kMinOnDiskCapacity &&
       static_cast<double>(on_disk) >= rocksdb_tier::FractionsFor(options_).resume * capacity) {
     // At the write limit: dead bundles in blob files are collected (a compaction that RocksDB
-    // picks by itself collects only the oldest quarter of them); otherwise a compaction is asked
-    // for.
-    if (WorthCollecting(on_disk, live)) {
-      StartCollectingGarbage();
-    } else {
-      NudgeCompaction();
-    }
+    // picks by itself collects only the oldest quarter of them); otherwise — or while one runs, or
+    // soon after one — a compaction is asked for (nothing while a compaction runs).
+    if (!WorthCollecting(on_disk, live) || !StartCollectingGarbage()) NudgeCompaction();
   }
 }
 

@@ -148,7 +148,10 @@ TEST(RocksDbTierBlobGc, GarbageAtOpenDoesNotEvictLiveBlocks) {
   o.disable_auto_compactions = true;
   TestPool src(o.pools[0].layout, 1, 1.0f);
   constexpr int kHot = 64;
-  constexpr int kDeadBatches = 3;  // of 40 blocks (10 MiB), flushed before they are erased
+  // 5 batches of 24 blocks (6 MiB), each flushed before it is erased: the live bundles stay under
+  // the budget while the garbage grows (16 + 6 MiB against 25.6 MiB at 1.75 x), so none is evicted.
+  constexpr int kDeadBatches = 5;
+  constexpr int kBatch = 24;
   {
     auto tier = store_test::OpenTierOrDie(o);
     int id = 0;
@@ -158,7 +161,7 @@ TEST(RocksDbTierBlobGc, GarbageAtOpenDoesNotEvictLiveBlocks) {
     }
     for (int batch = 0; batch < kDeadBatches; ++batch) {
       const int first = id;
-      for (; id < first + 40; ++id) {
+      for (; id < first + kBatch; ++id) {
         src.Fill(0, static_cast<std::uint64_t>(id));
         ASSERT_TRUE(tier->Put(kPool, IdFor(id), src.view(), 0, 35).ok()) << id;
       }
@@ -177,33 +180,32 @@ TEST(RocksDbTierBlobGc, GarbageAtOpenDoesNotEvictLiveBlocks) {
 }
 
 // One opening that writes 100 MiB of bundles into the 64 MiB tier, almost all erased again at once
-// (32 hot blocks stay), with RocksDB's background compactions off — as when they never get their
+// (`hot` blocks stay), with RocksDB's background compactions off — as when they never get their
 // turn (short runs, a loaded machine): the files climb towards the write limit with dead bundles
 // only. The upkeep thread collects them (before, it only asked for a compaction, which RocksDB's
 // own garbage collection would have to get to), so the files stay within the capacity, the tier
 // takes every put (some after a retry), no live block is evicted for the dead bundles' sake, and
 // the files come back to within 2 x the live bundles + 4 MiB.
-TEST(RocksDbTierBlobGc, AtTheWriteLimitTheUpkeepCollectsAndPutsGoOn) {
+void PutsGoOnAtTheWriteLimit(int hot) {
   TempDir dir;
   const std::string path = dir.path() + "/db";
   RocksDbTierOptions o = Options(path);
   o.disable_auto_compactions = true;
   TestPool src(o.pools[0].layout, 1, 1.0f);
   auto tier = store_test::OpenTierOrDie(o);
-  constexpr int kHot = 32;
-  constexpr int kPuts = 400;
+  const int puts = 400;
   std::int64_t refused = 0, max_on_disk = 0;
-  for (int i = 0; i < kHot + kPuts; ++i) {
+  for (int i = 0; i < hot + puts; ++i) {
     src.Fill(0, static_cast<std::uint64_t>(i));
-    Status st = tier->Put(kPool, IdFor(i), src.view(), 0, i < kHot ? 60 : 35);
+    Status st = tier->Put(kPool, IdFor(i), src.view(), 0, i < hot ? 60 : 35);
     // A put refused at capacity is tried again for up to 20 s (the collection's time).
     for (int tries = 0; st.IsResourceExhausted() && tries < 2000; ++tries) {
       ++refused;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      st = tier->Put(kPool, IdFor(i), src.view(), 0, i < kHot ? 60 : 35);
+      st = tier->Put(kPool, IdFor(i), src.view(), 0, i < hot ? 60 : 35);
     }
     ASSERT_TRUE(st.ok()) << "put " << i << ": " << st;
-    if (i > kHot) tier->Erase(kPool, IdFor(i - 1)).IgnoreError();
+    if (i > hot) tier->Erase(kPool, IdFor(i - 1)).IgnoreError();
     max_on_disk = std::max(max_on_disk, Measure(path).total());
   }
   Print("written", tier->stats(), Measure(path));
@@ -217,16 +219,29 @@ TEST(RocksDbTierBlobGc, AtTheWriteLimitTheUpkeepCollectsAndPutsGoOn) {
   const DiskUse d = Measure(path);
   Print("settled", s, d);
   std::printf("%d puts, %lld refusals (retried), max on disk %.1f MiB of %.1f, collections %lld\n",
-              kHot + kPuts, static_cast<long long>(refused),
+              hot + puts, static_cast<long long>(refused),
               static_cast<double>(max_on_disk) / (1 << 20),
               static_cast<double>(o.capacity_bytes) / (1 << 20),
               static_cast<long long>(tier->garbage_collections()));
   EXPECT_GT(tier->garbage_collections(), 0);
   // The hot blocks (and the last cold one) were not evicted for the dead bundles' sake.
-  EXPECT_EQ(s.entries, kHot + 1);
+  EXPECT_EQ(s.entries, hot + 1);
   EXPECT_LE(max_on_disk, o.capacity_bytes);
   // Within 2 x the live bundles + 4 MiB (without the collection: 9.3 x, at the write limit).
   EXPECT_LE(static_cast<double>(d.total()), 2.0 * static_cast<double>(s.used_bytes) + kSlack);
+}
+
+// 32 hot blocks (8 MiB): room to rewrite every live bundle at the write limit.
+TEST(RocksDbTierBlobGc, AtTheWriteLimitTheUpkeepCollectsAndPutsGoOn) {
+  PutsGoOnAtTheWriteLimit(32);
+}
+
+// 100 hot blocks (25 MiB) in the oldest blob files: at the write limit (80% of the capacity in
+// files) there is no room to rewrite them all, so the collection goes in steps of the oldest files
+// that fit (the first steps only move hot blocks to new files; then the dead ones go). Before,
+// without room it only asked for a compaction, which never came: every put was refused.
+TEST(RocksDbTierBlobGc, WithoutRoomForEveryLiveBundleTheCollectionGoesInSteps) {
+  PutsGoOnAtTheWriteLimit(100);
 }
 
 // RocksDB's blob GC in background compactions rewrites the live bundles of the oldest blob
