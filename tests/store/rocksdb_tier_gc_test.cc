@@ -139,7 +139,7 @@ TEST(RocksDbTierBlobGc, ShortOpeningsLeaveGarbageThatACollectionReclaims) {
 // blocks (16 MiB) and 120 blocks put, flushed and erased again (30 MiB of dead bundles), RocksDB's
 // compactions off so that the dead bundles stay in the files. Reopened, the files show 2.9 x the
 // live bytes; taken as the amplification, that gave a budget of 15.4 MiB and evicted hot blocks at
-// open (up to 28 of 72 in the short-openings test above, when its openings outran the
+// open (up to 27 of 72 in the short-openings test above, when its openings outran the
 // compactions). Capped as the upkeep caps its samples (1.5 x live + 4 MiB), every hot block stays.
 TEST(RocksDbTierBlobGc, GarbageAtOpenDoesNotEvictLiveBlocks) {
   TempDir dir;
