@@ -405,8 +405,8 @@ class RocksDbTier final : public BlockTier {
   // that takes the oldest blob files whose live bundles, as RocksDB counts them, fit in the room
   // (RocksDB writes the relocated bundles before it deletes the old files), until the files are
   // back under the trigger, no file fits, or kMaxGcSteps. An oldest file of live bundles only is
-  // rewritten into a new file, so the next step reaches the garbage behind it. Asks for a
-  // compaction when no step could run.
+  // rewritten into a new file, so the next step reaches the garbage behind it. When no step can
+  // run it does nothing: the upkeep asks for compactions while it cannot start a collection.
   Status CollectGarbageWithinCapacity();
   Status CompactFamily(const PoolFamilies& p, double age_cutoff);
   void CollectionDone(std::chrono::steady_clock::time_point start, std::int64_t before,

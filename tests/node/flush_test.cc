@@ -43,11 +43,38 @@ RigOptions FullTierRig(const std::string& path, std::int64_t pool_blocks) {
   return o;
 }
 
+// Runs `n` single-block prompts, one after another, and waits for their offloads; their ids.
+std::vector<ContentId> RunPrompts(Rig& rig, int n) {
+  std::vector<ContentId> ids;
+  for (int d = 0; d < n; ++d) {
+    rig.Run(d + 1, Doc(rig.tokens_per_block(), d), WholeBlocks());
+    ids.push_back(rig.Ids(Doc(rig.tokens_per_block(), d), WholeBlocks())[0]);
+  }
+  rig.engine().Drain();
+  return ids;
+}
+
 // Caches `n` single-block prompts in the pool (nothing leaves it: the pool holds them all).
 void CacheBlocks(Rig& rig, int n) {
-  for (int d = 0; d < n; ++d) rig.Run(d + 1, Doc(rig.tokens_per_block(), d), WholeBlocks());
-  rig.engine().Drain();
+  RunPrompts(rig, n);
   ASSERT_EQ(rig.engine().stats().offload.blocks, 0);
+}
+
+// Reads the prompts `which` from the host tier (a restore's read): its most recently used now.
+void ReadFromHostTier(Rig& rig, const std::vector<ContentId>& ids, std::vector<int> which) {
+  TestPool scratch(rig.view().layout, 1, 1.0f);
+  for (const int d : which) {
+    ASSERT_TRUE(rig.engine().host()->Get(kPool, ids[d], scratch.view(), 0).ok()) << d;
+  }
+}
+
+// The prompts whose block the disk tier holds.
+std::vector<int> OnDisk(Rig& rig, const std::vector<ContentId>& ids) {
+  std::vector<int> on_disk;
+  for (std::size_t d = 0; d < ids.size(); ++d) {
+    if (rig.engine().disk()->Contains(kPool, ids[d])) on_disk.push_back(static_cast<int>(d));
+  }
+  return on_disk;
 }
 
 // 64 blocks (16 MiB) into a tier whose puts stop at 12.8 MiB on disk, and nothing to reclaim:
@@ -147,28 +174,16 @@ TEST(FlushTest, HostTierBlocksAreWrittenLeastRecentlyUsedFirst) {
   RigOptions o = FullTierRig(dir.path(), 4);
   o.host_blocks = 64;
   Rig rig(o);
-  const std::int32_t t = rig.tokens_per_block();
-  std::vector<ContentId> ids;
-  for (int d = 0; d < 64; ++d) {
-    rig.Run(d + 1, Doc(t, d), WholeBlocks());
-    ids.push_back(rig.Ids(Doc(t, d), WholeBlocks())[0]);
-  }
-  rig.engine().Drain();
-  HostTier& host = *rig.engine().host();
-  ASSERT_EQ(host.stats().entries, 60);
-  TestPool scratch(rig.view().layout, 1, 1.0f);
-  for (const int d : {2, 0, 1}) ASSERT_TRUE(host.Get(kPool, ids[d], scratch.view(), 0).ok()) << d;
+  const std::vector<ContentId> ids = RunPrompts(rig, 64);
+  ASSERT_EQ(rig.engine().host()->stats().entries, 60);
+  ReadFromHostTier(rig, ids, {2, 0, 1});
   const FlushCounts f = FlushToDiskTier(rig.cache(), {.full = FullDiskTier::kEndsTheFlush,
                                                       .full_wait = std::chrono::milliseconds(100)});
   EXPECT_EQ(f.candidates, 64);
   ASSERT_GT(f.written, 3);
   ASSERT_LT(f.written, 52);
   RocksDbTier& disk = *rig.engine().disk();
-  std::vector<int> on_disk;
-  for (int d = 0; d < 64; ++d) {
-    if (disk.Contains(kPool, ids[d])) on_disk.push_back(d);
-  }
-  EXPECT_EQ(static_cast<std::int64_t>(on_disk.size()), f.written);
+  EXPECT_EQ(static_cast<std::int64_t>(OnDisk(rig, ids).size()), f.written);
   for (const int d : {0, 1, 2, 60, 61, 62, 63}) {
     EXPECT_FALSE(disk.Contains(kPool, ids[d])) << d;
   }
@@ -189,27 +204,14 @@ TEST(FlushTest, ABudgetCutInTheHostTierKeepsItsMostRecentlyUsedBlocks) {
   o.disk_path = dir.path();
   o.disk_blocks = 8;  // below 16 MiB: a budget of 8 bundles
   Rig rig(o);
-  const std::int32_t t = rig.tokens_per_block();
-  std::vector<ContentId> ids;
-  for (int d = 0; d < 16; ++d) {
-    rig.Run(d + 1, Doc(t, d), WholeBlocks());
-    ids.push_back(rig.Ids(Doc(t, d), WholeBlocks())[0]);
-  }
-  rig.engine().Drain();
-  HostTier& host = *rig.engine().host();
-  ASSERT_EQ(host.stats().entries, 12);
-  TestPool scratch(rig.view().layout, 1, 1.0f);
-  for (const int d : {3, 1}) ASSERT_TRUE(host.Get(kPool, ids[d], scratch.view(), 0).ok()) << d;
+  const std::vector<ContentId> ids = RunPrompts(rig, 16);
+  ASSERT_EQ(rig.engine().host()->stats().entries, 12);
+  ReadFromHostTier(rig, ids, {3, 1});
   const FlushCounts f = FlushToDiskTier(rig.cache(), {.full = FullDiskTier::kEndsTheFlush});
   EXPECT_EQ(f.candidates, 16);
   EXPECT_EQ(f.written, 8);
   EXPECT_EQ(f.not_fitting, 8);
-  RocksDbTier& disk = *rig.engine().disk();
-  std::vector<int> on_disk;
-  for (int d = 0; d < 16; ++d) {
-    if (disk.Contains(kPool, ids[d])) on_disk.push_back(d);
-  }
-  EXPECT_EQ(on_disk, (std::vector<int>{1, 3, 10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(OnDisk(rig, ids), (std::vector<int>{1, 3, 10, 11, 12, 13, 14, 15}));
 }
 
 }  // namespace
