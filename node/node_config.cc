@@ -243,6 +243,10 @@ Problem CheckShutdownAndLogging(const NodeConfig& c) {
   if (c.peer.enabled && c.peer.fetch_deadline.count() <= 0) {
     return At("peer.fetch_deadline", StrCat(c.peer.fetch_deadline.count(), "ms must be positive"));
   }
+  if (c.peer.busy_poll_us < 0 || c.peer.busy_poll_us > kMaxBusyPollUs) {
+    return At("peer.busy_poll_us",
+              StrCat(c.peer.busy_poll_us, " is not in 0..", kMaxBusyPollUs, " microseconds"));
+  }
   if (c.peer.enabled && c.peer.staging_size <= 0) {
     return At("peer.staging_size", StrCat(c.peer.staging_size, " must be positive"));
   }

@@ -22,7 +22,7 @@
 //                busy_poll_us
 //   metrics      listen
 //   shutdown     drain_timeout, flush_to_disk
-//   peer         enabled, fetch_deadline, staging_size, ucx_tls, ucx_net_devices
+//   peer         enabled, fetch_deadline, staging_size, ucx_tls, ucx_net_devices, busy_poll_us
 //   logging      level, format
 //   cluster      advertise, membership, peers, etcd (endpoints, lease_ttl_s, prefix,
 //                poll_interval), directory (batch_ms, lookup_timeout, max_batch_events,
@@ -163,6 +163,9 @@ struct PeerSection {
   std::int64_t staging_size = 64ll << 20;  // per direction (send, receive)
   std::string ucx_tls;
   std::string ucx_net_devices;
+  // Microseconds the transfer engine's progress thread polls after its last event before it sleeps
+  // (TransferEngineOptions::busy_poll); 0..10000, 0 = sleeps at once.
+  std::int32_t busy_poll_us = 0;
   friend bool operator==(const PeerSection&, const PeerSection&) = default;
 };
 

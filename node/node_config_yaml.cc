@@ -421,6 +421,8 @@ const Field kPeerFields[] = {
     {"ucx_tls", [](const Value& v, NodeConfig& c) { return ReadString(v, &c.peer.ucx_tls); }},
     {"ucx_net_devices",
      [](const Value& v, NodeConfig& c) { return ReadString(v, &c.peer.ucx_net_devices); }},
+    {"busy_poll_us",
+     [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.peer.busy_poll_us); }},
 };
 
 const Field kLoggingFields[] = {

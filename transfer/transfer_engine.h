@@ -68,13 +68,14 @@
 // reach only authenticated nodes — the control plane gives addresses only to those.
 //
 // Progress and threads: the engine owns one thread — the progress thread — that creates and alone
-// touches the UCX context, worker, endpoints and registrations. It busy-polls while events keep
-// coming (TransferEngineOptions::busy_poll) and otherwise sleeps on the worker's event fd, waking
-// at least every idle_tick for deadlines and keepalive. Every public method may be called from any
-// thread; it hands the work to the progress thread and waits for it (so a Grant is in the grant
-// table before Grant returns). Called from the progress thread itself (inside an on_complete
-// callback) a method runs inline. on_complete callbacks run on the progress thread, outside any
-// UCX callback: they must be short and must not wait for another operation of this engine.
+// touches the UCX context, worker, endpoints and registrations. It progresses while events keep
+// coming, polls on for TransferEngineOptions::busy_poll (none by default) and then sleeps on the
+// worker's event fd, waking at least every idle_tick for deadlines and keepalive. Every public
+// method may be called from any thread; it hands the work to the progress thread and waits for it
+// (so a Grant is in the grant table before Grant returns). Called from the progress thread itself
+// (inside an on_complete callback) a method runs inline. on_complete callbacks run on the progress
+// thread, outside any UCX callback: they must be short and must not wait for another operation of
+// this engine.
 //
 // Hot path: no allocation per slice. Grant and Send reserve their per-slice state once per
 // operation; UCX requests come from UCX's own pools; each slice's header lives in that state. The
@@ -109,8 +110,11 @@ struct TransferEngineOptions {
   // slice whatever its size). Defaults chosen by bench/transfer_bench (docs/transfer.md).
   std::uint32_t send_window_slices = 64;
   std::uint64_t send_window_bytes = 64ull << 20;
-  // The progress thread spins this long after the last event before it sleeps on the event fd.
-  std::chrono::microseconds busy_poll{500};
+  // The progress thread spins this long after the last event before it sleeps on the event fd;
+  // 0: it sleeps at once. 0 by default: blocks are large, so a wake-up per burst costs nothing
+  // measurable, while a spinning thread takes a core from the threads that seal, verify and copy
+  // (docs/transfer.md, "Threads and the hot path").
+  std::chrono::microseconds busy_poll{0};
   // The longest the progress thread sleeps (deadline checks, UCX keepalive).
   std::chrono::milliseconds idle_tick{20};
   // Deadlines are read from this clock; SystemClock::Default() when null. Must outlive the engine.

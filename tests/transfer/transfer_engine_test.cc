@@ -1,5 +1,6 @@
 // TransferEngine between two in-process engines on loopback, over TCP and over shared memory
-// (posix + cma; skipped where UCX cannot use them): batches of distinct blocks byte for byte,
+// (posix + cma; skipped where UCX cannot use them), and over TCP with progress threads that poll
+// before they sleep (TransferEngineOptions::busy_poll): batches of distinct blocks byte for byte,
 // partial sends, validation of grants and sends, and every refusal of the receiver — wrong
 // transfer id, slice index out of range, oversize and undersize slices, a slice sent twice, a
 // third peer using another's grant — each leaving every byte outside the grant (and the grant
@@ -523,7 +524,8 @@ TEST_P(TransferEngineTest, DisconnectCancelsAndReconnectWorks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, TransferEngineTest,
-                         ::testing::Values(transfer_test::kTcp, transfer_test::kShm),
+                         ::testing::Values(transfer_test::kTcp, transfer_test::kShm,
+                                           transfer_test::kTcpBusyPoll),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

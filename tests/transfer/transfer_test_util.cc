@@ -16,6 +16,7 @@ TransferEngineOptions OptionsFor(const Transport& transport, const Clock* clock)
   TransferEngineOptions options;
   options.ucx.tls = transport.tls;
   options.ucx.net_devices = transport.devices;
+  options.busy_poll = std::chrono::microseconds(transport.busy_poll_us);
   options.clock = clock;
   return options;
 }

@@ -21,12 +21,15 @@
 namespace kvmesh::transfer_test {
 
 struct Transport {
-  const char* name;     // "tcp", "shm"
-  const char* tls;      // UCX_TLS
-  const char* devices;  // UCX_NET_DEVICES ("" = any)
+  const char* name;      // "tcp", "shm"
+  const char* tls;       // UCX_TLS
+  const char* devices;   // UCX_NET_DEVICES ("" = any)
+  int busy_poll_us = 0;  // TransferEngineOptions::busy_poll
 };
 inline constexpr Transport kTcp{"tcp", "tcp", "lo"};
 inline constexpr Transport kShm{"shm", "posix,cma", ""};
+// The progress threads poll 500 us after each event before they sleep (the default sleeps at once).
+inline constexpr Transport kTcpBusyPoll{"tcp_busy_poll", "tcp", "lo", 500};
 
 TransferEngineOptions OptionsFor(const Transport& transport, const Clock* clock = nullptr);
 
