@@ -109,7 +109,7 @@ struct DiskTierSection {
   std::chrono::milliseconds flush_interval{1000};  // flush: longest a put stays unflushed, > 0
   bool wal_sync = false;                           // wal: fsync the log on every put
   DiskDamagePolicy on_damage = DiskDamagePolicy::kMoveAside;
-  bool verify_checksums = true;            // RocksDB's own checksums on reads
+  bool verify_checksums = false;           // RocksDB's own checksums on reads
   bool direct_io = false;                  // O_DIRECT reads and flush/compaction writes
   std::int64_t write_buffer = 64ll << 20;  // per memtable of a pool, >= 256 KiB
   std::int64_t block_cache = 8ll << 20;    // RocksDB's block cache, >= 0

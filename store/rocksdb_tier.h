@@ -163,8 +163,10 @@ struct RocksDbTierOptions {
   int max_write_buffer_number = 2;             // >= 2
   std::int64_t block_cache_bytes = 8ll << 20;  // 0: no block cache
   bool fill_cache = true;                      // reads insert into the block cache
-  // RocksDB's own block checksums on reads (the bundle's checksum verifies every value anyway).
-  bool verify_block_checksums = true;
+  // RocksDB's own data-block and blob checksums on reads. Off: the bundle's checksum verifies every
+  // value byte anyway, RocksDB checks index blocks at table open and compaction input whatever
+  // this says, and Debian's RocksDB computes CRC32C in software (docs/disk-tier.md).
+  bool verify_block_checksums = false;
   int max_background_jobs = 2;
 
   rocksdb::Env* env = nullptr;  // null: rocksdb::Env::Default(); tests inject faults here
@@ -438,7 +440,7 @@ class RocksDbTier final : public BlockTier {
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // every open family, destroyed at close
   std::atomic<bool> disabled_{false};
-  std::atomic<bool> verify_block_checksums_{true};
+  std::atomic<bool> verify_block_checksums_{false};
   std::atomic<bool> fill_cache_{true};
   std::atomic<std::uint64_t> acked_{0};
   std::atomic<std::uint64_t> durable_{0};

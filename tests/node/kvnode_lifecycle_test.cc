@@ -159,7 +159,7 @@ TEST(KvnodeLifecycleTest, DiskTierOptionsCarryEveryKey) {
   EXPECT_EQ(d.flush_after_ms, 250);
   EXPECT_TRUE(d.wal_sync);
   EXPECT_EQ(d.on_damage, DiskDamagePolicy::kStayOff);
-  EXPECT_FALSE(d.verify_block_checksums);
+  EXPECT_TRUE(d.verify_block_checksums);
   EXPECT_TRUE(d.use_direct_io);
   EXPECT_EQ(d.write_buffer_bytes, 16ll << 20);
   EXPECT_EQ(d.block_cache_bytes, 0);
@@ -178,7 +178,7 @@ TEST(KvnodeLifecycleTest, DiskTierSettingsReachTheTier) {
   };
   const std::string chosen =
       "  durability: wal\n  wal_sync: true\n  flush_interval: 250ms\n  on_damage: stay_off\n"
-      "  verify_checksums: false\n  write_buffer: 1MiB\n  block_cache: 0\n"
+      "  verify_checksums: true\n  write_buffer: 1MiB\n  block_cache: 0\n"
       "  background_jobs: 3\n";
   auto node = KvnodeProcess::Start(dir.path(), with_disk(chosen));
   ASSERT_TRUE(node.ok()) << node.status();

@@ -89,7 +89,7 @@ disk_tier:
   flush_interval: 250ms
   wal_sync: true
   on_damage: stay_off
-  verify_checksums: false
+  verify_checksums: true
   direct_io: true
   write_buffer: 16MiB
   block_cache: 0

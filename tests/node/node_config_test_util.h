@@ -35,7 +35,7 @@ inline DiskTierSection DiskTierNoKeyAtDefault() {
   d.flush_interval = std::chrono::milliseconds(250);
   d.wal_sync = true;
   d.on_damage = DiskDamagePolicy::kStayOff;
-  d.verify_checksums = false;
+  d.verify_checksums = true;
   d.direct_io = true;
   d.write_buffer = 16ll << 20;
   d.block_cache = 0;
