@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -137,14 +138,65 @@ class KernelArgs {
   BackendBuffer workspace_;
 };
 
+// What the workers of one run share to wait for room in the pool (SyntheticEngineOptions::
+// admit_wait): how many Admit calls are in flight, how many admitted requests they hold, and how
+// many they have released.
+class PoolRoom {
+ public:
+  void Asking() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++asking_;
+  }
+  // The answer to Asking's Admit came (admitted or not).
+  void Answered(bool admitted) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --asking_;
+      if (admitted) ++holding_;
+    }
+    cv_.notify_all();
+  }
+  void Released() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --holding_;
+      ++releases_;
+    }
+    cv_.notify_all();
+  }
+  std::uint64_t releases() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return releases_;
+  }
+  // For a worker (holding nothing, asking nothing) whose Admit was refused for room after `seen`
+  // releases: true once another worker released a request since (there may be room now), at once
+  // if one did already; false once no worker holds a request or waits for an Admit that may give
+  // it one (waiting cannot make room), or when `deadline` passed first. An Admit in flight is
+  // waited for: the node may have admitted it before this refusal.
+  bool WaitForRelease(std::uint64_t seen, Steady::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, deadline,
+                   [&] { return releases_ != seen || (holding_ == 0 && asking_ == 0); });
+    return releases_ != seen;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::int64_t asking_ = 0;
+  std::int64_t holding_ = 0;
+  std::uint64_t releases_ = 0;
+};
+
 class Worker {
  public:
   Worker(const SyntheticEngineOptions& options, const AttachedPools& attached,
-         const std::vector<PoolInfo>& pools, std::unique_ptr<NodeClient> client)
+         const std::vector<PoolInfo>& pools, std::unique_ptr<NodeClient> client, PoolRoom* room)
       : options_(options),
         attached_(attached),
         pools_(pools),
         client_(std::move(client)),
+        room_(room),
         kernel_pool_(options.kernel_threads > 1 ? options.kernel_threads : 0),
         cpu_backend_(MakeCpuBackend(&kernel_pool_)) {
     const rpc::AttachResponse& a = attached.description();
@@ -206,6 +258,7 @@ class Worker {
   const AttachedPools& attached_;
   const std::vector<PoolInfo>& pools_;
   std::unique_ptr<NodeClient> client_;
+  PoolRoom* room_;  // shared by the run's workers
   ThreadPool kernel_pool_;
   std::unique_ptr<KernelBackend> cpu_backend_;
   std::vector<std::unique_ptr<KernelBackend>> cuda_backends_;  // one per device of a device pool
@@ -426,11 +479,28 @@ void Worker::Run(std::uint64_t index, const TraceRequest& request, SyntheticWork
   SequenceOptions so;
   so.domain.salt = options_.salt;
   so.domain.lora_id = options_.lora_id;
-  Result<AdmitReply> admitted = client_->Admit(seq.engine_id, tokens, so);
+  // Refused for room while other workers hold requests: wait for one of them to release, as a
+  // scheduler keeps a request queued (SyntheticEngineOptions::admit_wait).
+  const auto asked = Steady::now();
+  bool waited = false;
+  Result<AdmitReply> admitted = Status::Internal("not admitted");
+  while (true) {
+    const std::uint64_t seen = room_->releases();
+    room_->Asking();
+    admitted = client_->Admit(seq.engine_id, tokens, so);
+    room_->Answered(admitted.ok());
+    if (admitted.ok() || admitted.status().code() != StatusCode::kResourceExhausted) break;
+    if (!room_->WaitForRelease(seen, asked + options_.admit_wait)) break;
+    waited = true;
+  }
   if (!admitted.ok()) {
     ++s.failed_requests;
     Fail(s, StrCat("admit of request ", seq.engine_id, ": ", admitted.status().ToString()));
     return;
+  }
+  if (waited) {
+    ++s.admit_waits;
+    s.admit_wait_seconds += std::chrono::duration<double>(Steady::now() - asked).count();
   }
   s.prompt_tokens += static_cast<std::int64_t>(tokens.size());
   s.reused_tokens += admitted->result.reused_tokens;
@@ -455,6 +525,7 @@ void Worker::Run(std::uint64_t index, const TraceRequest& request, SyntheticWork
   }
   if (st.ok()) st = client_->StoreFullBlocks(seq.engine_id).status();
   const Status released = client_->Release(seq.engine_id);
+  room_->Released();
   if (st.ok()) st = released;
   if (!st.ok()) {
     ++s.failed_requests;
@@ -478,6 +549,8 @@ void Worker::Report(const SyntheticWorkloadStats& s) {
 void MergeWorkloadStats(const SyntheticWorkloadStats& a, SyntheticWorkloadStats& into) {
   into.requests += a.requests;
   into.failed_requests += a.failed_requests;
+  into.admit_waits += a.admit_waits;
+  into.admit_wait_seconds += a.admit_wait_seconds;
   into.prompt_tokens += a.prompt_tokens;
   into.reused_tokens += a.reused_tokens;
   into.computed_tokens += a.computed_tokens;
@@ -521,10 +594,14 @@ Result<SyntheticWorkloadStats> RunSyntheticWorkload(const SyntheticEngineOptions
   KVMESH_ASSIGN_OR_RETURN(const AttachedPools attached, AttachedPools::Map(attach, std::move(fds)));
   KVMESH_ASSIGN_OR_RETURN(const std::vector<PoolInfo> pools,
                           DescribePools(attached, options.check_all_layers));
+  if (options.admit_wait.count() < 0) {
+    return Status::InvalidArgument(StrCat("admit_wait ", options.admit_wait.count(), " ms"));
+  }
+  PoolRoom room;
   std::vector<std::unique_ptr<Worker>> workers;
   for (std::int32_t i = 0; i < options.concurrency; ++i) {
     KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<NodeClient> c, NodeClient::Connect(co));
-    workers.push_back(std::make_unique<Worker>(options, attached, pools, std::move(c)));
+    workers.push_back(std::make_unique<Worker>(options, attached, pools, std::move(c), &room));
     KVMESH_RETURN_IF_ERROR(workers.back()->MakeBackends());
   }
   SyntheticWorkloadStats total;

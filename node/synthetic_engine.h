@@ -3,7 +3,12 @@
 //
 // For each request of a workload (Mooncake-format trace requests; their hash_ids become tokens
 // through BlockTokens, block_tokens tokens per id):
-//   1. Admit the prompt (salt and LoRA id from the options) → block tables, reused tokens by tier;
+//   1. Admit the prompt (salt and LoRA id from the options) → block tables, reused tokens by tier.
+//      Refused for room (kResourceExhausted: the other workers' running requests pin the pool), it
+//      waits, as an engine's scheduler keeps a request queued until running ones finish: it tries
+//      again after each Release of another worker, for at most admit_wait. A refusal while no
+//      other worker holds a request (the prompt is longer than what the pool can give) fails at
+//      once;
 //   2. prefill: K/V of every position from reused_tokens on, every layer, every rank pool, written
 //      through the append kernel (quantise-on-write) straight into the node's shared pools —
 //      with layer_major, model layer by model layer as a forward pass writes them, calling
@@ -43,6 +48,7 @@
 // Thread safety: RunSyntheticWorkload may be called from any thread; it blocks until done.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -70,6 +76,9 @@ struct PrefillHooks {
 struct SyntheticEngineOptions {
   NodeClientOptions client;      // address and secret of the node (its Unix socket)
   std::int32_t concurrency = 2;  // workers, each with its own connection
+  // How long a request refused for room waits for the other workers' requests to release theirs
+  // (step 1 above); 0: it fails at once.
+  std::chrono::milliseconds admit_wait{30000};
   std::int32_t block_tokens = kMooncakeBlockTokens;  // tokens per trace hash id
   std::int32_t decode_tokens = 2;                    // decode steps (each checked) per request
   bool check_all_layers = false;
@@ -90,6 +99,8 @@ struct SyntheticEngineOptions {
 struct SyntheticWorkloadStats {
   std::int64_t requests = 0;
   std::int64_t failed_requests = 0;  // refused by the node or failed locally (error below)
+  std::int64_t admit_waits = 0;      // requests refused for room first, then admitted
+  double admit_wait_seconds = 0;     // the time those requests waited
   std::int64_t prompt_tokens = 0;
   std::int64_t reused_tokens = 0;    // the node's reused_tokens, summed
   std::int64_t computed_tokens = 0;  // prompt tokens written by prefill

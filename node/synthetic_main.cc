@@ -41,8 +41,9 @@ struct Flags {
   kvmesh::SyntheticEngineOptions engine;
   bool json = false;
   bool progress = false;
-  std::int64_t spin_wait_us = 0;  // NodeClientOptions::spin_wait
-  std::string decode_socket;      // disaggregated: the decode node
+  std::int64_t spin_wait_us = 0;       // NodeClientOptions::spin_wait
+  std::int64_t admit_wait_ms = 30000;  // SyntheticEngineOptions::admit_wait
+  std::string decode_socket;           // disaggregated: the decode node
   std::string decode_node_id;
   std::string decode_address;
   std::uint32_t handoff_deadline_ms = 5000;
@@ -66,6 +67,10 @@ void PrintText(const kvmesh::SyntheticWorkloadStats& s, const Flags& f) {
       "(max error %.2e); %lld decode tokens\n",
       static_cast<long long>(s.checks), static_cast<long long>(s.check_failures), s.worst_error,
       static_cast<long long>(s.decode_tokens));
+  if (s.admit_waits > 0) {
+    std::printf("waited for room   %lld requests, %.2f s in all (refused while others ran)\n",
+                static_cast<long long>(s.admit_waits), s.admit_wait_seconds);
+  }
   if (s.failed_requests > 0 || !s.first_error.empty()) {
     std::printf("failures          %lld requests; first: %s\n",
                 static_cast<long long>(s.failed_requests), s.first_error.c_str());
@@ -189,6 +194,11 @@ int main(int argc, char** argv) {
   app.add_flag("--check-all-layers", f.engine.check_all_layers,
                "check every layer (default: first, middle and last of each pool)");
   app.add_option("--salt", f.engine.salt, "cache salt (tenant) of every request");
+  app.add_option("--admit-wait-ms", f.admit_wait_ms,
+                 "a request the node refuses for room while other connections hold requests "
+                 "waits for one of them to finish, at most this long (0: fails at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600000));
   app.add_option("--spin-wait-us", f.spin_wait_us,
                  "each call polls for its answer this long before it sleeps (NodeClientOptions::"
                  "spin_wait; 0: sleeps at once)")
@@ -265,6 +275,7 @@ int main(int argc, char** argv) {
   f.engine.client.secret = secret->secret;
   f.engine.client.client_name = "kvmesh-synth";
   f.engine.client.spin_wait = std::chrono::microseconds(f.spin_wait_us);
+  f.engine.admit_wait = std::chrono::milliseconds(f.admit_wait_ms);
   if (f.progress) {
     f.engine.progress = [](std::int64_t done, std::int64_t total) {
       if (done == total || done % 16 == 0) {

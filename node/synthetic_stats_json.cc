@@ -7,6 +7,8 @@ namespace kvmesh {
 nlohmann::json WorkloadStatsJson(const SyntheticWorkloadStats& s) {
   return {{"requests", s.requests},
           {"failed_requests", s.failed_requests},
+          {"admit_waits", s.admit_waits},
+          {"admit_wait_seconds", s.admit_wait_seconds},
           {"prompt_tokens", s.prompt_tokens},
           {"reused_tokens", s.reused_tokens},
           {"computed_tokens", s.computed_tokens},

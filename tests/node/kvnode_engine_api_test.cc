@@ -283,6 +283,46 @@ TEST_F(KvnodeEngineApiTest, SyntheticEngineChecksPassAndCatchACorruptBlock) {
   EXPECT_THAT(bad.out, HasSubstr("check failed"));
 }
 
+// Two connections whose requests each need 151 of the pool's 256 blocks: while one runs, the
+// other's Admit is refused for room. kvmesh-synth waits for the running one to finish, as an
+// engine's scheduler queues a request, so every request runs (before, every refused one failed);
+// with --admit-wait-ms 0 the refused ones fail. A prompt longer than the pool fails at once: no
+// running request can make room for it.
+TEST_F(KvnodeEngineApiTest, SyntheticEngineWaitsForRoomWhileOtherRequestsRun) {
+  StartNode();  // 4096 tokens: 256 blocks of 16
+  const auto workload = [&](const std::string& blocks, const std::string& wait_ms) {
+    return std::vector<std::string>{
+        "--socket",    node_->unix_socket(),     "--secret", kTestSecret,
+        "--synthetic", "--conversations",        "6",        "--turns",
+        "1",           "--block-tokens",         "16",       "--system-prompts",
+        "1",           "--system-prompt-blocks", "1",        "--turn-blocks-min",
+        blocks,        "--turn-blocks-max",      blocks,     "--concurrency",
+        "2",           "--decode-tokens",        "1",        "--admit-wait-ms",
+        wait_ms};
+  };
+  RunOutput waited = RunToCompletion(SynthPath(), workload("150", "30000"), dir_.path() / "s1");
+  ASSERT_TRUE(waited.status.exited) << waited.err;
+  EXPECT_EQ(waited.status.code, 0) << waited.out << waited.err;
+  EXPECT_THAT(waited.out, HasSubstr("6 requests over 2 connections"));
+  EXPECT_THAT(waited.out, HasSubstr(", 0 failed"));
+  EXPECT_THAT(waited.out, HasSubstr("waited for room"));
+  EXPECT_THAT(waited.out, ::testing::Not(HasSubstr("failures")));
+
+  RunOutput refused = RunToCompletion(SynthPath(), workload("150", "0"), dir_.path() / "s2");
+  ASSERT_TRUE(refused.status.exited) << refused.err;
+  EXPECT_EQ(refused.status.code, 1) << refused.out << refused.err;
+  EXPECT_THAT(refused.out, HasSubstr("resource_exhausted"));
+
+  const auto start = std::chrono::steady_clock::now();
+  RunOutput too_long = RunToCompletion(SynthPath(), workload("300", "30000"), dir_.path() / "s3");
+  ASSERT_TRUE(too_long.status.exited) << too_long.err;
+  EXPECT_EQ(too_long.status.code, 1) << too_long.out << too_long.err;
+  EXPECT_THAT(too_long.out, HasSubstr("failures          6 requests"));
+  EXPECT_THAT(too_long.out, HasSubstr("resource_exhausted"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(25))
+      << "a prompt longer than the pool waited for room";
+}
+
 TEST_F(KvnodeEngineApiTest, TensorParallelRanksShareOneHit) {
   StartNode("tensor_parallel_size: 2\n");
   auto c = node_->Connect();

@@ -16,6 +16,8 @@ SyntheticWorkloadStats Stats() {
   SyntheticWorkloadStats s;
   s.requests = 5;
   s.failed_requests = 1;
+  s.admit_waits = 2;
+  s.admit_wait_seconds = 0.5;
   s.prompt_tokens = 640;
   s.reused_tokens = 320;
   s.computed_tokens = 320;
@@ -50,6 +52,8 @@ TEST(SyntheticStatsJsonTest, CarriesEveryCount) {
   const nlohmann::json j = WorkloadStatsJson(Stats());
   EXPECT_EQ(j.at("requests"), 5);
   EXPECT_EQ(j.at("failed_requests"), 1);
+  EXPECT_EQ(j.at("admit_waits"), 2);
+  EXPECT_DOUBLE_EQ(j.at("admit_wait_seconds").get<double>(), 0.5);
   EXPECT_EQ(j.at("prompt_tokens"), 640);
   EXPECT_EQ(j.at("reused_tokens"), 320);
   EXPECT_EQ(j.at("computed_tokens"), 320);
