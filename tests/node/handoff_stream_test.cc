@@ -352,7 +352,7 @@ TEST(HandoffStreamTest, SourceBlocksAreUnpinnedAtTheDeadlineWhenTheDecodeNodeSto
            7 * static_cast<std::int64_t>(layers.size());
   }));
   const pid_t pid = (*b)->process().pid();
-  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  ASSERT_TRUE(node_test::StopProcess(pid));
   EXPECT_GT(PinnedBlocks(*a), 0);
   const bool unpinned = WaitFor([&] { return PinnedBlocks(*a) == 0; });
   const auto took = std::chrono::steady_clock::now() - start;

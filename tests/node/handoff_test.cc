@@ -205,7 +205,7 @@ TEST(HandoffTest, SourceBlocksAreUnpinnedWhenTheDecodeNodeDoesNotAnswer) {
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->moved_blocks, 1);
   const pid_t pid = (*b)->process().pid();
-  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  ASSERT_TRUE(node_test::StopProcess(pid));
 
   std::atomic<std::int64_t> pinned_while_waiting{-1};
   std::thread sampler([&] {

@@ -212,6 +212,26 @@ std::optional<ExitStatus> KvnodeProcess::Terminate(std::chrono::milliseconds tim
   return process_->Wait(timeout);
 }
 
+bool StopProcess(pid_t pid) {
+  if (::kill(pid, SIGSTOP) != 0) return false;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const std::filesystem::path tasks = std::filesystem::path("/proc") / std::to_string(pid) / "task";
+  while (std::chrono::steady_clock::now() < end) {
+    bool all = true;
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream in(task.path() / "stat");
+      std::string stat;
+      std::getline(in, stat);
+      const std::size_t paren = stat.rfind(')');  // the name may hold spaces or parentheses
+      all = all && paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'T';
+    }
+    if (!ec && all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
 RunOutput RunToCompletion(const std::string& path, const std::vector<std::string>& args,
                           const std::filesystem::path& log_prefix,
                           std::chrono::milliseconds timeout) {

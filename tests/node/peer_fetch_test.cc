@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <regex>
@@ -285,8 +286,9 @@ TEST(PeerFetchTest, HolderKilledMidFetchIsAMissWithinTheDeadlineAndComesBack) {
   const pid_t pid = (*a)->process().pid();
   std::thread killer;
   AskPeersLocator ask(b->peers(), b->peer_sessions());
+  bool stopped = false;
   HookedLocator locator(&ask, [&] {
-    ::kill(pid, SIGSTOP);
+    stopped = node_test::StopProcess(pid);
     killer = std::thread([pid] {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
       ::kill(pid, SIGKILL);
@@ -300,6 +302,7 @@ TEST(PeerFetchTest, HolderKilledMidFetchIsAMissWithinTheDeadlineAndComesBack) {
   RemoteFetchResult r = fetcher.Fetch(tokens, SequenceOptions{});
   const auto took = std::chrono::steady_clock::now() - start;
   if (killer.joinable()) killer.join();
+  ASSERT_TRUE(stopped) << "the holder's threads did not all stop";
   EXPECT_EQ(r.fetched, 0);
   EXPECT_LT(took, std::chrono::milliseconds(2500));
   EXPECT_EQ(fetcher.stats().fetches, 1);
