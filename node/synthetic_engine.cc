@@ -569,7 +569,7 @@ void MergeWorkloadStats(const SyntheticWorkloadStats& a, SyntheticWorkloadStats&
 std::vector<Token> TraceTokens(const TraceRequest& request, std::int32_t block_tokens) {
   std::vector<Token> tokens(request.hash_ids.size() * static_cast<std::size_t>(block_tokens));
   for (std::size_t i = 0; i < request.hash_ids.size(); ++i) {
-    BlockTokens(request.hash_ids[i],
+    BlockTokens(request.hash_ids[i] ^ kSyntheticTokensVersion,
                 std::span(tokens.data() + i * static_cast<std::size_t>(block_tokens),
                           static_cast<std::size_t>(block_tokens)));
   }

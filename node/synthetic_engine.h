@@ -133,8 +133,13 @@ Result<SyntheticWorkloadStats> RunSyntheticWorkload(const SyntheticEngineOptions
 // Adds `a`'s counts to `into` (the largest worst_error, the first first_error); not seconds.
 void MergeWorkloadStats(const SyntheticWorkloadStats& a, SyntheticWorkloadStats& into);
 
-// The prompt tokens of a trace request: its hash ids' tokens (block_tokens each), cut to
-// input_length.
+// Changes whenever the values node/synthetic_kv.h generates change: blocks an older kvmesh-synth
+// stored (a node's disk tier kept from before an upgrade) then have other content ids than today's
+// prompts and are never reused, where their old values would fail today's checks.
+inline constexpr std::uint64_t kSyntheticTokensVersion = 0x5eed'0002'0000'0000ull;
+
+// The prompt tokens of a trace request: BlockTokens of each hash id xor kSyntheticTokensVersion
+// (block_tokens each), cut to input_length.
 std::vector<Token> TraceTokens(const TraceRequest& request, std::int32_t block_tokens);
 
 }  // namespace kvmesh

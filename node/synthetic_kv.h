@@ -11,7 +11,7 @@
 // never changes when tokens are appended.
 //
 // Values. For (seed, layer, kv, head) a splitmix64 stream gives head_dim values uniform in
-// [-a, a], with an amplitude a in [0.25, 4] that varies per (position, head), so per-(token, head)
+// [-a, a), with an amplitude a in [0.25, 4] that varies per (position, head), so per-(token, head)
 // scales of fp8/int8 and nvfp4's block scales take many values. Layers and heads are global (a
 // tensor-parallel rank regenerates its own heads). Queries come from a seed of (request, step).
 //
