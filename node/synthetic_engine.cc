@@ -586,6 +586,10 @@ Result<SyntheticWorkloadStats> RunSyntheticWorkload(const SyntheticEngineOptions
   if (options.block_tokens < 1) {
     return Status::InvalidArgument(StrCat("block_tokens ", options.block_tokens, " is below 1"));
   }
+  if (options.admit_wait.count() < 0) {
+    return Status::InvalidArgument(
+        StrCat("admit_wait ", options.admit_wait.count(), " ms is below 0"));
+  }
   NodeClientOptions co = options.client;
   co.client_name = co.client_name.empty() ? "synthetic-engine" : co.client_name;
   KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<NodeClient> control, NodeClient::Connect(co));
@@ -594,9 +598,6 @@ Result<SyntheticWorkloadStats> RunSyntheticWorkload(const SyntheticEngineOptions
   KVMESH_ASSIGN_OR_RETURN(const AttachedPools attached, AttachedPools::Map(attach, std::move(fds)));
   KVMESH_ASSIGN_OR_RETURN(const std::vector<PoolInfo> pools,
                           DescribePools(attached, options.check_all_layers));
-  if (options.admit_wait.count() < 0) {
-    return Status::InvalidArgument(StrCat("admit_wait ", options.admit_wait.count(), " ms"));
-  }
   PoolRoom room;
   std::vector<std::unique_ptr<Worker>> workers;
   for (std::int32_t i = 0; i < options.concurrency; ++i) {

@@ -321,6 +321,13 @@ TEST_F(KvnodeEngineApiTest, SyntheticEngineWaitsForRoomWhileOtherRequestsRun) {
   EXPECT_THAT(too_long.out, HasSubstr("resource_exhausted"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(25))
       << "a prompt longer than the pool waited for room";
+
+  // A negative wait is refused before anything runs.
+  RunOutput bad = RunToCompletion(SynthPath(), workload("150", "-1"), dir_.path() / "s4");
+  ASSERT_TRUE(bad.status.exited) << bad.err;
+  EXPECT_NE(bad.status.code, 0);
+  EXPECT_THAT(bad.err + bad.out, HasSubstr("--admit-wait-ms"));
+  EXPECT_THAT(bad.out, ::testing::Not(HasSubstr("synthetic engine")));
 }
 
 TEST_F(KvnodeEngineApiTest, TensorParallelRanksShareOneHit) {

@@ -5,11 +5,10 @@
 // free-space warning, and a tier disabled at run time (the error, and entry counts that say only
 // what is durable).
 #include <gtest/gtest.h>
+#include <rocksdb/env.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -46,17 +45,6 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds limit)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
-}
-
-std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void WriteWholeFile(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  KVMESH_CHECK(out.good()) << path;
 }
 
 void PutBlocks(RocksDbTier& tier, int first, int n) {
@@ -315,11 +303,12 @@ TEST_P(RocksDbTierDamage, DamagedBundleBytesOnDiskAreACorruptionNeverData) {
   for (const auto& entry : fs::directory_iterator(dir.path() + "/db")) {
     const std::string ext = entry.path().extension().string();
     if (ext != ".blob" && ext != ".sst") continue;
-    std::string bytes = ReadWholeFile(entry.path().string());
+    std::string bytes;
+    ASSERT_TRUE(rocksdb::ReadFileToString(rocksdb::Env::Default(), entry.path(), &bytes).ok());
     const std::size_t at = bytes.find(needle);
     if (at == std::string::npos) continue;
     bytes[at + 32] = static_cast<char>(bytes[at + 32] ^ 0x08);
-    WriteWholeFile(entry.path().string(), bytes);
+    ASSERT_TRUE(rocksdb::WriteStringToFile(rocksdb::Env::Default(), bytes, entry.path()).ok());
     ++damaged_files;
   }
   ASSERT_EQ(damaged_files, 1) << "block " << kDamaged << "'s payload in one file";
