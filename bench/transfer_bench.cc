@@ -17,13 +17,15 @@
 // perftest -e (peer error handling, as the engine's endpoints), a bare UCX loop moving the same
 // blocks (the engine's cost over UCX itself), and for shared memory a cold CMA copy of the same
 // blocks on one thread (the bound of one receiving progress thread on memory not in cache, which
-// the hot-buffer perftest is not).
+// the hot-buffer perftest is not), and engines of one lane when the engines have more
+// (TransferEngineOptions::lanes, --lanes N; the default is the engine's).
 //
 // Then the TCP segment sizes (UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE): each candidate pair with
 // perftest and the engine (INFO lines), which is how the engine's defaults were chosen.
 //
 //   transfer_bench [--pool-mib N] [--rounds R] [--sweep-rounds R] [--transports tcp,shm]
 //                  [--no-sweep] [--engine-only] [--block-kib 64|1024|4096] [--tcp-seg-kib N]
+//                  [--lanes N]
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -65,6 +67,7 @@ struct Args {
   bool perftest = true;          // --engine-only: no baseline (for profiling the engine alone)
   std::uint64_t only_block = 0;  // --block-kib N: only this block size in the main table
   std::uint64_t tcp_seg = 0;     // --tcp-seg-kib N: TX and RX segments of the main table's tcp
+  std::uint32_t lanes = TransferEngineOptions{}.lanes;  // --lanes N: the engines' lanes
 };
 
 Args Parse(int argc, char** argv) {
@@ -79,6 +82,7 @@ Args Parse(int argc, char** argv) {
     if (k == "--block-kib") a.only_block = std::strtoull(v, nullptr, 10) * kKiB, ++i;
     if (k == "--tcp-seg-kib") a.tcp_seg = std::strtoull(v, nullptr, 10) * kKiB, ++i;
     if (k == "--engine-only") a.perftest = false, a.sweep = false;
+    if (k == "--lanes") a.lanes = static_cast<std::uint32_t>(std::strtoul(v, nullptr, 10)), ++i;
     if (k == "--transports") {
       a.transports.clear();
       std::stringstream list(v);
@@ -95,6 +99,7 @@ struct TransportConfig {
   std::string tls;
   std::string devices;
   std::uint64_t tx_seg = 0, rx_seg = 0;  // 0: UCX's default
+  std::uint32_t lanes = TransferEngineOptions{}.lanes;
 };
 
 TransportConfig Tcp(std::uint64_t tx, std::uint64_t rx) { return {"tcp", "tcp", "lo", tx, rx}; }
@@ -156,6 +161,7 @@ Engines MakeEngines(const TransportConfig& t, AlignedBuffer& source, AlignedBuff
   options.ucx.net_devices = t.devices;
   options.ucx.tcp_tx_seg_size = t.tx_seg;
   options.ucx.tcp_rx_seg_size = t.rx_seg;
+  options.lanes = t.lanes;
   Engines e;
   auto sender = TransferEngine::Create(options);
   auto receiver = TransferEngine::Create(options);
@@ -377,13 +383,15 @@ double Gbs(double bytes_per_second) { return bytes_per_second / 1e9; }
 struct Row {
   std::vector<double> am, tag, engine, ratio, cma, cma_ratio, raw, raw_ratio;
   std::vector<double> peer, peer_ratio;  // perftest -e: the faster of am_bw and tag_bw
+  std::vector<double> one_lane,
+      one_lane_ratio;  // engines of one lane (when the main ones have more)
 };
 
 // Rounds of am_bw, tag_bw and the engine at one block size; the per-round ratio uses the faster
 // of the two perftest tests of that round. With `peer_errors`, also both with perftest -e.
 Row Measure(const TransportConfig& t, Engines& e, std::uint64_t pool, std::uint64_t block,
             const Args& args, AlignedBuffer& source, AlignedBuffer& destination,
-            bool peer_errors = false, RawUcxLoop* raw = nullptr) {
+            bool peer_errors = false, RawUcxLoop* raw = nullptr, Engines* one_lane = nullptr) {
   Row row;
   for (int r = 0; r < args.rounds; ++r) {
     std::optional<double> am, tag, am_peer, tag_peer;
@@ -396,6 +404,10 @@ Row Measure(const TransportConfig& t, Engines& e, std::uint64_t pool, std::uint6
       }
     }
     const double engine = EnginePass(e, pool, block, /*verify=*/r == 0, source, destination);
+    if (one_lane != nullptr) {
+      row.one_lane.push_back(EnginePass(*one_lane, pool, block, false, source, destination));
+      row.one_lane_ratio.push_back(engine / row.one_lane.back());
+    }
     if (raw != nullptr) {
       row.raw.push_back(raw->Pass(pool, block));
       row.raw_ratio.push_back(engine / row.raw.back());
@@ -422,12 +434,21 @@ void RunTransport(const TransportConfig& t, const Args& args, AlignedBuffer& sou
                   AlignedBuffer& destination) {
   const std::uint64_t pool = args.pool_mib * kMiB;
   Engines e = MakeEngines(t, source, destination);
+  std::optional<Engines> one_lane;
+  if (t.lanes > 1) {
+    TransportConfig single = t;
+    single.lanes = 1;
+    one_lane = MakeEngines(single, source, destination);
+  }
   RawUcxLoop raw(t, source, destination);
   std::printf(
-      "\n%s (UCX_TLS=%s%s%s, tcp segments tx %s rx %s), pool %s, %d rounds\n", t.name.c_str(),
-      t.tls.c_str(), t.devices.empty() ? "" : " UCX_NET_DEVICES=", t.devices.c_str(),
+      "\n%s (UCX_TLS=%s%s%s, tcp segments tx %s rx %s), engines of %u lane%s, pool %s, %d "
+      "rounds\n",
+      t.name.c_str(), t.tls.c_str(),
+      t.devices.empty() ? "" : " UCX_NET_DEVICES=", t.devices.c_str(),
       t.tx_seg ? SizeName(t.tx_seg).c_str() : "default",
-      t.rx_seg ? SizeName(t.rx_seg).c_str() : "default", SizeName(pool).c_str(), args.rounds);
+      t.rx_seg ? SizeName(t.rx_seg).c_str() : "default", t.lanes, t.lanes == 1 ? "" : "s",
+      SizeName(pool).c_str(), args.rounds);
   std::printf("%-8s %8s %12s %12s %12s %10s %10s\n", "block", "blocks", "am_bw GB/s", "tag_bw GB/s",
               "engine GB/s", "ratio med", "ratio min");
   struct Goal {
@@ -436,8 +457,8 @@ void RunTransport(const TransportConfig& t, const Args& args, AlignedBuffer& sou
   };
   for (const Goal g : {Goal{64 * kKiB, 0.60}, Goal{1 * kMiB, 0.85}, Goal{4 * kMiB, 0.85}}) {
     if (args.only_block != 0 && g.block != args.only_block) continue;
-    const Row row =
-        Measure(t, e, pool, g.block, args, source, destination, /*peer_errors=*/true, &raw);
+    const Row row = Measure(t, e, pool, g.block, args, source, destination, /*peer_errors=*/true,
+                            &raw, one_lane ? &*one_lane : nullptr);
     const double min_ratio =
         row.ratio.empty() ? 0 : *std::min_element(row.ratio.begin(), row.ratio.end());
     std::printf("%-8s %8llu %12.2f %12.2f %12.2f %10.3f %10.3f\n", SizeName(g.block).c_str(),
@@ -457,6 +478,11 @@ void RunTransport(const TransportConfig& t, const Args& args, AlignedBuffer& sou
       std::printf("INFO transfer_%s_%s engine/bare_ucx_loop %.3f (bare UCX loop %.2f GB/s)\n",
                   t.name.c_str(), SizeName(g.block).c_str(), Median(row.raw_ratio),
                   Gbs(Best(row.raw)));
+    }
+    if (!row.one_lane.empty()) {
+      std::printf("INFO transfer_%s_%s engine/one_lane_engines %.3f (%u lanes vs 1: %.2f GB/s)\n",
+                  t.name.c_str(), SizeName(g.block).c_str(), Median(row.one_lane_ratio), t.lanes,
+                  Gbs(Best(row.one_lane)));
     }
     if (!row.cma.empty()) {
       std::printf("INFO transfer_%s_%s engine/cold_cma_copy %.3f (cold cma %.2f GB/s)\n",
@@ -515,8 +541,9 @@ int Run(int argc, char** argv) {
 
   const TransferEngineOptions defaults;
   for (const std::string& name : args.transports) {
-    const TransportConfig t =
+    TransportConfig t =
         name == "shm" ? Shm() : Tcp(defaults.ucx.tcp_tx_seg_size, defaults.ucx.tcp_rx_seg_size);
+    t.lanes = args.lanes;
     RunTransport(t, args, *source, *destination);
   }
   if (args.sweep) SweepSegments(args, *source, *destination);

@@ -163,7 +163,9 @@ class EngineCore {
   Status Disconnect(PeerId peer);
   Result<RegionId> RegisterRegion(void* base, std::size_t length);
   Status DeregisterRegion(RegionId region);
-  Result<TransferOp> Grant(const GrantRequest& request);
+  // `id`: the transfer id to use (a multi-lane grant's, the same on every lane); a new random one
+  // when invalid. kAlreadyExists: `id` names a live grant.
+  Result<TransferOp> Grant(const GrantRequest& request, TransferId id = {});
   Status CancelGrant(TransferId transfer);
   Result<TransferOp> Send(const SendRequest& request);
   Status CancelSend(PeerId peer, TransferId transfer);

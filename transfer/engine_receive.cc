@@ -57,13 +57,16 @@ Result<std::unique_ptr<GrantState>> EngineCore::BuildGrant(const GrantRequest& r
   return grant;
 }
 
-Result<TransferOp> EngineCore::Grant(const GrantRequest& request) {
+Result<TransferOp> EngineCore::Grant(const GrantRequest& request, TransferId id) {
+  if (id.valid() && grants_.find(id) != grants_.end()) {
+    return Status::AlreadyExists("transfer " + std::to_string(id.value) + " is a live grant");
+  }
   if (grants_.size() >= options_.max_grants) {
     return Status::ResourceExhausted("max_grants " + std::to_string(options_.max_grants) +
                                      " live grants");
   }
   KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<GrantState> grant, BuildGrant(request));
-  grant->id = NewTransferId();
+  grant->id = id.valid() ? id : NewTransferId();
   grant->op = std::make_shared<TransferOpState>(grant->id, request.on_complete, thread_);
   for (RegionEntry* region : grant->regions) ++region->users;
   ++grant->connection->ops;

@@ -62,13 +62,15 @@
 // by the receiver from its own grant, never from the message. A message for an unknown or expired
 // transfer, or from the wrong peer, is refused at once (not buffered) and counted in stats(); a
 // refused message for a live grant from its own peer fails that grant (kInvalidArgument). Eager
-// (non-rendezvous) data is dropped. Transfer ids are 64 random bits, so a peer cannot guess
-// another peer's grant. Below kvmesh: UCX's own transports trust their peers (its TCP transport
-// performs PUTs at whatever address its peer names, CMA needs only ptrace rights), so UCX must
-// reach only authenticated nodes — the control plane gives addresses only to those.
+// (non-rendezvous) data is dropped. Transfer ids are 64 random bits (60 on an engine with lanes:
+// the low 4 say how a grant is striped), so a peer cannot guess another peer's grant. Below kvmesh:
+// UCX's own transports trust their peers (its TCP transport performs PUTs at whatever address its
+// peer names, CMA needs only ptrace rights), so UCX must reach only authenticated nodes — the
+// control plane gives addresses only to those.
 //
-// Progress and threads: the engine owns one thread — the progress thread — that creates and alone
-// touches the UCX context, worker, endpoints and registrations. It progresses while events keep
+// Progress and threads: each lane of the engine (one unless lanes > 1: "Lanes" below) owns one
+// thread — its progress thread — that creates and alone touches the lane's UCX context, worker,
+// endpoints and registrations. It progresses while events keep
 // coming, polls on for TransferEngineOptions::busy_poll (none by default) and then sleeps on the
 // worker's event fd, waking at least every idle_tick for deadlines and keepalive. Every public
 // method may be called from any thread; it hands the work to the progress thread and waits for it
@@ -80,6 +82,28 @@
 // Hot path: no allocation per slice. Grant and Send reserve their per-slice state once per
 // operation; UCX requests come from UCX's own pools; each slice's header lives in that state. The
 // send window (send_window_slices, send_window_bytes) bounds what one send has in flight.
+//
+// Lanes (TransferEngineOptions::lanes > 1): the engine runs that many progress threads, each with
+// its own UCX context, worker and connection to each peer, and address() names them all (a peer's
+// Connect takes either kind of address; an engine of one lane reaches a peer with lanes on its lane
+// 0). Registrations are made on every lane. A grant of two or more slices averaging at least
+// min_striped_slice_bytes, for a peer that has lanes too, is striped over w = min(the lanes both
+// have, the slice count) lanes: slice g goes to lane (g mod w + g / w) mod w (a stride of slices —
+// a block's header, bytes and checksum — does not keep landing on one lane), as one part per lane
+// with the same transfer id, whose low 4 bits say w - 1 (a multi-lane engine's ids carry 60
+// random bits). The sender reads w from the id and cuts each Send the same way. Everything above
+// holds per part; for the whole:
+//   - A grant completes when every part has: OK, or the first part's error. A part that fails has
+//     the others cancelled, so the grant fails whole, as a single-lane one does.
+//   - A send completes when its parts have. Its OK says that the grant's parts on the lanes it
+//     used completed OK: the whole grant when it covered a slice on every lane. A failed part does
+//     not cancel the others (that could close their lanes' connections under other transfers);
+//     each ends with its receiver's answer, the peer's failure or the deadline.
+//   - A message for a part that is over finds no grant on its lane (kNotFound for that send), where
+//     the single-lane grant would have failed: a slice sent twice after its part completed.
+//   - on_complete of a multi-lane op runs on the engine's coordinator thread (not a progress
+//     thread): it may call the engine and must not wait for another op. GrantRequest::on_slice
+//     may be called from several progress threads at once. Each lane has its own send window.
 //
 // GPU pools: UCX 1.13 (Debian) has no CUDA transports. The engine moves host memory only; a GPU
 // block is staged by the caller through pinned host memory (a host-tier slot or a staging buffer,
@@ -117,6 +141,15 @@ struct TransferEngineOptions {
   std::chrono::microseconds busy_poll{0};
   // The longest the progress thread sleeps (deadline checks, UCX keepalive).
   std::chrono::milliseconds idle_tick{20};
+  // Lanes, 1..16 (2 by default): each a progress thread with its own UCX context and worker. With a
+  // peer that has lanes too, a grant or send of several slices is striped over min(ours, theirs)
+  // lanes, so that as many threads copy its bytes (the receiver's CMA copies on shared memory, the
+  // socket copies on TCP); see "Lanes" above.
+  std::uint32_t lanes = 2;
+  // A grant is striped only when its slices average at least this many bytes: a small slice costs
+  // its rendezvous round trip and wake-ups, not a copy, and more threads only add wake-ups (on
+  // shared memory, 64 KiB slices over 2 lanes moved 0.55x what one lane moved; 1 MiB ones 1.7x).
+  std::uint64_t min_striped_slice_bytes = 256 * 1024;
   // Deadlines are read from this clock; SystemClock::Default() when null. Must outlive the engine.
   const Clock* clock = nullptr;
 };

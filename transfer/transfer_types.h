@@ -25,7 +25,8 @@ struct PeerId {
   friend constexpr auto operator<=>(const PeerId&, const PeerId&) = default;
 };
 
-// A transfer, named by its receiver: 64 random bits (getrandom), unique among the receiver's live
+// A transfer, named by its receiver: 64 random bits (getrandom; 60 on an engine with lanes, whose
+// low 4 bits say over how many lanes the grant is striped), unique among the receiver's live
 // grants, never 0. It is a capability — it reaches only the sender the grant is for, over the
 // authenticated control plane — and it is checked against the grant table on every message.
 struct TransferId {

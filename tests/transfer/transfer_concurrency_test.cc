@@ -1,4 +1,5 @@
-// Many threads on two engines at once (TCP loopback), built and run under TSan too: each thread
+// Many threads on two engines at once (TCP loopback; engines of one lane and of three), built and
+// run under TSan too: each thread
 // grants on one engine and sends from the other — half of them in each direction — checks every
 // byte, and now and then cancels a grant before its send (which must then be refused), while
 // another thread reads the statistics.
@@ -31,8 +32,10 @@ struct Side {
   RegionId region;
 };
 
-TEST(TransferConcurrencyTest, ThreadsGrantSendAndCancelOnBothEngines) {
-  transfer_test::EnginePair pair = transfer_test::MakeEnginePair(transfer_test::kTcp);
+class TransferConcurrencyTest : public ::testing::TestWithParam<transfer_test::Transport> {};
+
+TEST_P(TransferConcurrencyTest, ThreadsGrantSendAndCancelOnBothEngines) {
+  transfer_test::EnginePair pair = transfer_test::MakeEnginePair(GetParam());
   if (!pair.skip_reason.empty()) GTEST_SKIP() << pair.skip_reason;
   Side a{pair.a.get(), kPeerB, MustAllocate(kThreads * kPerThread, std::byte{0}), {}};
   Side b{pair.b.get(), kPeerA, MustAllocate(kThreads * kPerThread, std::byte{0}), {}};
@@ -124,6 +127,10 @@ TEST(TransferConcurrencyTest, ThreadsGrantSendAndCancelOnBothEngines) {
   // Every slice of a send to a cancelled grant was posted before the first refusal came back.
   EXPECT_EQ(sa.rejected_unknown_transfer + sb.rejected_unknown_transfer, cancelled * kSlices);
 }
+
+INSTANTIATE_TEST_SUITE_P(Loopback, TransferConcurrencyTest,
+                         ::testing::Values(transfer_test::kTcp, transfer_test::kTcpLanes),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace kvmesh

@@ -27,7 +27,7 @@ constexpr auto kFailureBound = std::chrono::seconds(2);
 class TransferPeerFailureTest : public ::testing::TestWithParam<Transport> {
  protected:
   void SetUp() override {
-    if (std::string(GetParam().name) == "shm") {
+    if (std::string(GetParam().tls) == "posix,cma") {
       // CMA between processes needs ptrace rights: Yama's scope 0 (or no Yama) for a child that
       // reads its parent's memory.
       std::ifstream yama("/proc/sys/kernel/yama/ptrace_scope");
@@ -42,7 +42,8 @@ class TransferPeerFailureTest : public ::testing::TestWithParam<Transport> {
   // Spawns a helper and connects it and this engine both ways.
   std::unique_ptr<ChildProcess> StartHelper() {
     const std::string devices = *GetParam().devices ? GetParam().devices : "-";
-    auto child = ChildProcess::Spawn({KVMESH_PEER_HELPER, GetParam().tls, devices});
+    auto child = ChildProcess::Spawn(
+        {KVMESH_PEER_HELPER, GetParam().tls, devices, std::to_string(GetParam().lanes)});
     std::optional<std::string> line = child->ReadLine(kLineWait);
     if (!line || line->rfind("address ", 0) != 0) {
       ADD_FAILURE() << "helper said: " << line.value_or("<nothing>");
@@ -180,7 +181,8 @@ TEST_P(TransferPeerFailureTest, ReceiverKilledMidTransfer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, TransferPeerFailureTest,
-                         ::testing::Values(transfer_test::kTcp, transfer_test::kShm),
+                         ::testing::Values(transfer_test::kTcp, transfer_test::kShm,
+                                           transfer_test::kTcpLanes, transfer_test::kShmLanes),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -2,7 +2,7 @@
 // answering on stdout. The test spawns it, kills it (SIGKILL) in the middle of a transfer and
 // spawns a new one.
 //
-//   argv: transfer_peer_helper <tls> <net_devices or "-">
+//   argv: transfer_peer_helper <tls> <net_devices or "-"> [lanes]
 //   out:  address <hex>                         at start
 //   in:   connect <hex>                         out: ok | error <status>
 //   in:   send <id> <count> <len> <seed> <chunk> <pause_ms>
@@ -86,13 +86,14 @@ void RunGrant(TransferEngine& engine, std::istringstream& in) {
 }
 
 int Main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: transfer_peer_helper <tls> <net_devices or ->\n";
+  if (argc != 3 && argc != 4) {
+    std::cerr << "usage: transfer_peer_helper <tls> <net_devices or -> [lanes]\n";
     return 2;
   }
   TransferEngineOptions options;
   options.ucx.tls = argv[1];
   if (std::string(argv[2]) != "-") options.ucx.net_devices = argv[2];
+  if (argc == 4) options.lanes = static_cast<std::uint32_t>(std::stoul(argv[3]));
   Result<std::unique_ptr<TransferEngine>> engine = TransferEngine::Create(options);
   if (!engine.ok()) {
     Say("error " + engine.status().ToString());

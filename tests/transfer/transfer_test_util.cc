@@ -17,6 +17,8 @@ TransferEngineOptions OptionsFor(const Transport& transport, const Clock* clock)
   options.ucx.tls = transport.tls;
   options.ucx.net_devices = transport.devices;
   options.busy_poll = std::chrono::microseconds(transport.busy_poll_us);
+  options.lanes = transport.lanes;
+  if (transport.lanes > 1) options.min_striped_slice_bytes = 0;
   options.clock = clock;
   return options;
 }

@@ -21,15 +21,20 @@
 namespace kvmesh::transfer_test {
 
 struct Transport {
-  const char* name;      // "tcp", "shm"
-  const char* tls;       // UCX_TLS
-  const char* devices;   // UCX_NET_DEVICES ("" = any)
-  int busy_poll_us = 0;  // TransferEngineOptions::busy_poll
+  const char* name;         // "tcp", "shm"
+  const char* tls;          // UCX_TLS
+  const char* devices;      // UCX_NET_DEVICES ("" = any)
+  int busy_poll_us = 0;     // TransferEngineOptions::busy_poll
+  std::uint32_t lanes = 1;  // TransferEngineOptions::lanes (with lanes, every grant of two or more
+                            // slices is striped: min_striped_slice_bytes 0)
 };
 inline constexpr Transport kTcp{"tcp", "tcp", "lo"};
 inline constexpr Transport kShm{"shm", "posix,cma", ""};
 // The progress threads poll 500 us after each event before they sleep (the default sleeps at once).
 inline constexpr Transport kTcpBusyPoll{"tcp_busy_poll", "tcp", "lo", 500};
+// Three lanes on each side: every grant and send of two or more slices is striped over them.
+inline constexpr Transport kTcpLanes{"tcp_3_lanes", "tcp", "lo", 0, 3};
+inline constexpr Transport kShmLanes{"shm_3_lanes", "posix,cma", "", 0, 3};
 
 TransferEngineOptions OptionsFor(const Transport& transport, const Clock* clock = nullptr);
 
