@@ -54,7 +54,8 @@
 //   INFO handoff_4k_llama3_8b_streamed_... (first layer, total, tail; medians)
 // Options: --tokens N (4096), --rounds N (5 timed + 1 warm-up), --pool-blocks N (160),
 //          --staging-mib N (64: the node default, peer.staging_size), --layer-ms X (4),
-//          --streaming-only (no whole-block variants: no RATIO lines, streaming figures only).
+//          --streaming-only (no whole-block variants: no RATIO lines, streaming figures only),
+//          --lanes N (both nodes' peer.transfer_lanes; default: the node default).
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,6 +97,7 @@ struct Args {
   std::int64_t staging_mib = 64;
   double layer_ms = 4.0;
   bool streaming_only = false;  // skip the whole-block variants
+  int lanes = 0;                // --lanes N: peer.transfer_lanes of both nodes (0: the default)
 };
 
 Args Parse(int argc, char** argv) {
@@ -113,6 +115,7 @@ Args Parse(int argc, char** argv) {
     if (k == "--pool-blocks") a.pool_blocks = std::stoll(argv[i + 1]);
     if (k == "--staging-mib") a.staging_mib = std::stoll(argv[i + 1]);
     if (k == "--layer-ms") a.layer_ms = std::stod(argv[i + 1]);
+    if (k == "--lanes") a.lanes = std::stoi(argv[i + 1]);
   }
   KVMESH_CHECK(a.tokens >= kBlockTokens && a.tokens % kBlockTokens == 0)
       << "--tokens must be a multiple of " << kBlockTokens;
@@ -135,8 +138,9 @@ std::string Config(const std::filesystem::path& dir, const std::string& id,
     << "metrics:\n  listen: \"\"\n"
     << "shutdown:\n  flush_to_disk: false\n"
     << "peer:\n  enabled: true\n  fetch_deadline: 120s\n  staging_size: " << args.staging_mib
-    << "MiB\n  ucx_tls: tcp\n  ucx_net_devices: lo\n"
-    << "logging:\n  level: warn\n";
+    << "MiB\n  ucx_tls: tcp\n  ucx_net_devices: lo\n";
+  if (args.lanes > 0) y << "  transfer_lanes: " << args.lanes << "\n";
+  y << "logging:\n  level: warn\n";
   return y.str();
 }
 

@@ -359,6 +359,7 @@ Status Node::StartPeers() {
   o.transfer.ucx.tls = c.ucx_tls;
   o.transfer.ucx.net_devices = c.ucx_net_devices;
   o.transfer.busy_poll = std::chrono::microseconds(c.busy_poll_us);
+  o.transfer.lanes = static_cast<std::uint32_t>(c.transfer_lanes);
   // The pools' memory, registered once: a holder sends pooled blocks straight from it and a
   // fetch lands in it. Not device pools: Debian's UCX has no CUDA transport, so their blocks are
   // staged through host memory (OffloadEngine::ReadBlock / WriteBlock) and travel through the

@@ -23,6 +23,7 @@ namespace {
 
 constexpr std::int64_t kMaxFrameSizeLimit = std::int64_t{1} << 30;
 constexpr std::int32_t kMaxBusyPollUs = 10000;
+constexpr std::int32_t kMaxTransferLanes = 16;            // TransferEngineOptions::lanes
 constexpr int kMaxOffloadMinPriority = kMaxPriority + 1;  // 101: nothing is offloaded
 constexpr std::size_t kMinSecretBytes = 16;
 // sun_path holds the path and its terminating NUL.
@@ -246,6 +247,10 @@ Problem CheckShutdownAndLogging(const NodeConfig& c) {
   if (c.peer.busy_poll_us < 0 || c.peer.busy_poll_us > kMaxBusyPollUs) {
     return At("peer.busy_poll_us",
               StrCat(c.peer.busy_poll_us, " is not in 0..", kMaxBusyPollUs, " microseconds"));
+  }
+  if (c.peer.transfer_lanes < 1 || c.peer.transfer_lanes > kMaxTransferLanes) {
+    return At("peer.transfer_lanes",
+              StrCat(c.peer.transfer_lanes, " is not in 1..", kMaxTransferLanes));
   }
   if (c.peer.enabled && c.peer.staging_size <= 0) {
     return At("peer.staging_size", StrCat(c.peer.staging_size, " must be positive"));

@@ -22,7 +22,8 @@
 //                busy_poll_us
 //   metrics      listen
 //   shutdown     drain_timeout, flush_to_disk
-//   peer         enabled, fetch_deadline, staging_size, ucx_tls, ucx_net_devices, busy_poll_us
+//   peer         enabled, fetch_deadline, staging_size, ucx_tls, ucx_net_devices, busy_poll_us,
+//                transfer_lanes
 //   logging      level, format
 //   cluster      advertise, membership, peers, etcd (endpoints, lease_ttl_s, prefix,
 //                poll_interval), directory (batch_ms, lookup_timeout, max_batch_events,
@@ -166,6 +167,9 @@ struct PeerSection {
   // Microseconds the transfer engine's progress thread polls after its last event before it sleeps
   // (TransferEngineOptions::busy_poll); 0..10000, 0 = sleeps at once.
   std::int32_t busy_poll_us = 0;
+  // The transfer engine's lanes (TransferEngineOptions::lanes): progress threads, each with its
+  // own UCX worker; a transfer is striped over the lanes both nodes have. 1..16.
+  std::int32_t transfer_lanes = 2;
   friend bool operator==(const PeerSection&, const PeerSection&) = default;
 };
 

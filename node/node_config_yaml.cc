@@ -423,6 +423,8 @@ const Field kPeerFields[] = {
      [](const Value& v, NodeConfig& c) { return ReadString(v, &c.peer.ucx_net_devices); }},
     {"busy_poll_us",
      [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.peer.busy_poll_us); }},
+    {"transfer_lanes",
+     [](const Value& v, NodeConfig& c) { return ReadInt(v, &c.peer.transfer_lanes); }},
 };
 
 const Field kLoggingFields[] = {

@@ -189,6 +189,8 @@ TEST(NodeConfigTest, BadValuesNameTheKeyAndItsLine) {
        "kvnode.yaml:2: control.busy_poll_us: -1 is not in 0..10000 microseconds"},
       {"peer:\n  busy_poll_us: 10001\n",
        "kvnode.yaml:2: peer.busy_poll_us: 10001 is not in 0..10000 microseconds"},
+      {"peer:\n  transfer_lanes: 0\n", "kvnode.yaml:2: peer.transfer_lanes: 0 is not in 1..16"},
+      {"peer:\n  transfer_lanes: 17\n", "kvnode.yaml:2: peer.transfer_lanes: 17 is not in 1..16"},
       {"control:\n  max_inflight_total: -3\n",
        "kvnode.yaml:2: control.max_inflight_total: -3 must be at least 1"},
       {"metrics:\n  listen: 9470\n",

@@ -123,6 +123,7 @@ peer:
   ucx_tls: tcp
   ucx_net_devices: lo
   busy_poll_us: 40
+  transfer_lanes: 3
 logging:
   level: debug
   format: json
@@ -184,7 +185,7 @@ NodeConfig EveryKeyExpected() {
   k.busy_poll_us = 150;
   e.metrics.listen = "0.0.0.0:9100";
   e.shutdown = {std::chrono::milliseconds(1500), false};
-  e.peer = {true, std::chrono::milliseconds(750), 16ll << 20, "tcp", "lo", 40};
+  e.peer = {true, std::chrono::milliseconds(750), 16ll << 20, "tcp", "lo", 40, 3};
   e.logging = {"debug", "json"};
   ClusterSection& cl = e.cluster;
   cl.advertise = "10.0.0.1:7420";
@@ -254,6 +255,7 @@ TEST(NodeConfigTest, EveryKeySetToANonDefaultValueIsRead) {
   EXPECT_NE(expected.peer.ucx_tls, d.peer.ucx_tls);
   EXPECT_NE(expected.peer.ucx_net_devices, d.peer.ucx_net_devices);
   EXPECT_NE(expected.peer.busy_poll_us, d.peer.busy_poll_us);
+  EXPECT_NE(expected.peer.transfer_lanes, d.peer.transfer_lanes);
   EXPECT_NE(expected.logging.level, d.logging.level);
   EXPECT_NE(expected.logging.format, d.logging.format);
   EXPECT_NE(expected.cluster.advertise, d.cluster.advertise);
