@@ -11,7 +11,8 @@
 // Prints the table and
 //   RATIO peer_fetch_16k <fetch time / (bytes / perftest bandwidth)> ucx_perftest_am_bw goal<=1.25
 // (the goal mirrors the handoff goal of issue 14; the issue asks for time and bytes only).
-// Options: --tokens N (16384), --rounds N (5), --model PRESET (qwen2.5-0.5b).
+// Options: --tokens N (16384), --rounds N (5), --model PRESET (qwen2.5-0.5b), --lanes N (both
+// nodes' peer.transfer_lanes; default: the node default).
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,7 +37,7 @@ namespace {
 constexpr const char* kSecret = "kvmesh-bench-secret-0123456789";
 
 std::string Config(const std::filesystem::path& dir, const std::string& id,
-                   const std::string& model, std::int64_t tokens) {
+                   const std::string& model, std::int64_t tokens, int lanes) {
   std::ostringstream y;
   y << "node_id: " << id << "\ndata_dir: " << (dir / "data").string() << "\ndevice: cpu\n"
     << "model:\n  preset: " << model << "\n"
@@ -48,15 +49,16 @@ std::string Config(const std::filesystem::path& dir, const std::string& id,
     << "metrics:\n  listen: \"\"\n"
     << "shutdown:\n  flush_to_disk: false\n"
     << "peer:\n  enabled: true\n  fetch_deadline: 60s\n  staging_size: 512MiB\n"
-    << "  ucx_tls: tcp\n  ucx_net_devices: lo\n"
-    << "logging:\n  level: warn\n";
+    << "  ucx_tls: tcp\n  ucx_net_devices: lo\n";
+  if (lanes > 0) y << "  transfer_lanes: " << lanes << "\n";
+  y << "logging:\n  level: warn\n";
   return y.str();
 }
 
 std::unique_ptr<Node> Start(const std::filesystem::path& dir, const std::string& id,
-                            const std::string& model, std::int64_t tokens) {
+                            const std::string& model, std::int64_t tokens, int lanes) {
   std::filesystem::create_directories(dir);
-  Result<NodeConfig> c = ParseNodeConfig(Config(dir, id, model, tokens), id);
+  Result<NodeConfig> c = ParseNodeConfig(Config(dir, id, model, tokens, lanes), id);
   KVMESH_CHECK(c.ok()) << c.status();
   Result<std::unique_ptr<Node>> n = Node::Start(*c);
   KVMESH_CHECK(n.ok()) << n.status();
@@ -83,16 +85,18 @@ int Run(int argc, char** argv) {
   std::int64_t tokens = 16384;
   int rounds = 5;
   std::string model = "qwen2.5-0.5b";
+  int lanes = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--tokens") tokens = std::stoll(argv[i + 1]);
     if (k == "--rounds") rounds = std::stoi(argv[i + 1]);
     if (k == "--model") model = argv[i + 1];
+    if (k == "--lanes") lanes = std::stoi(argv[i + 1]);
   }
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("peer_fetch_bench." + std::to_string(getpid()));
-  std::unique_ptr<Node> a = Start(dir / "a", "bench-a", model, tokens);
-  std::unique_ptr<Node> b = Start(dir / "b", "bench-b", model, tokens);
+  std::unique_ptr<Node> a = Start(dir / "a", "bench-a", model, tokens, lanes);
+  std::unique_ptr<Node> b = Start(dir / "b", "bench-b", model, tokens, lanes);
   b->peers()->Upsert({.node_id = "bench-a", .control_address = a->tcp_address()});
 
   // The prompt, cached on A (Admit + StoreFullBlocks; the bytes are whatever the pool holds).
