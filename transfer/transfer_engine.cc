@@ -75,6 +75,7 @@ class EngineLane {
 
   [[nodiscard]] const WorkerAddress& address() const { return address_; }
   [[nodiscard]] TransferStats stats() const { return core_->stats().Snapshot(); }
+  [[nodiscard]] bool OnThread() const { return std::this_thread::get_id() == thread_id_; }
 
  private:
   struct Command {
@@ -713,10 +714,12 @@ class TransferEngine::Impl {
     return Status::Ok();
   }
 
-  // A part of `multi` could not be made (its lane's connection failed, or a check of
-  // the lane's own): the parts made before it are cancelled and waited for — a grant's, which no
-  // sender knows of, have nothing in flight; a send's may, and its source memory is the caller's
-  // again when this returns — and the operation, which the caller never gets, completes with them.
+  // A part of `multi` could not be made (its lane's connection failed, or a check of the lane's
+  // own): the parts made before it are cancelled and waited for — a grant's, which no sender knows
+  // of, have nothing in flight; a send's may, and its source memory is the caller's again when this
+  // returns — and the operation, which the caller never gets, completes with them. (Called on a
+  // part's own progress thread — an on_complete of a single-lane op — it cannot wait for that part:
+  // the part is cancelled and ends when that thread next runs its completions.)
   void Abandon(Multi& multi, const std::vector<TransferOp>& made) {
     {
       MutexLock lock(&multi.mu);
@@ -733,7 +736,7 @@ class TransferEngine::Impl {
           return core.CancelSend(multi.peer, multi.id);
         }).IgnoreError();
       }
-      static_cast<void>(made[j].Wait());
+      if (!lanes_[lane]->OnThread()) static_cast<void>(made[j].Wait());
     }
   }
 
