@@ -372,7 +372,11 @@ Status Node::StartPeers() {
                                  static_cast<std::size_t>(l.BytesPerBlock() * v.num_blocks));
     }
   }
+  const std::uint32_t lanes = o.transfer.lanes;
+  const std::uint32_t staging_slots = o.staging_slots;
   KVMESH_ASSIGN_OR_RETURN(peer_sessions_, PeerSessions::Create(std::move(o), peers_.get()));
+  KVMESH_LOG_INFO("peer data path started transfer_lanes {} ucx_tls {} staging_slots {}", lanes,
+                  c.ucx_tls.empty() ? "(ucx default)" : c.ucx_tls, staging_slots);
   block_source_ = std::make_unique<CacheBlockSource>(cache_.get(), pools_.views(), codecs);
   peer_service_ = std::make_unique<PeerService>(PeerServiceOptions{}, peer_sessions_.get(),
                                                 block_source_.get(), codecs);
