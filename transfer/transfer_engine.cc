@@ -1,12 +1,8 @@
-// TransferEngine: the lanes (each a progress thread with its own UCX context and worker, and the
-// command queue that hands it work), the striping of a multi-lane grant or send over them, and the
-// public API.
+// TransferEngine: its lanes (transfer/engine_lane.h), the striping of a grant or send over them,
+// the coordinator that completes a striped operation, and the public API.
 #include "transfer/transfer_engine.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/random.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -25,189 +21,9 @@
 #include "common/log.h"
 #include "common/thread_annotations.h"
 #include "transfer/engine_core.h"
+#include "transfer/engine_lane.h"
 
 namespace kvmesh {
-
-namespace internal {
-
-// One lane: a progress thread that alone touches its EngineCore.
-class EngineLane {
- public:
-  explicit EngineLane(const TransferEngineOptions& options) : options_(options) {}
-  ~EngineLane() { Stop(); }
-  EngineLane(const EngineLane&) = delete;
-  EngineLane& operator=(const EngineLane&) = delete;
-
-  Status Start() {
-    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0) return Status::IoError("eventfd failed");
-    std::promise<Status> started;
-    std::future<Status> result = started.get_future();
-    thread_ = std::thread([this, &started] { Loop(&started); });
-    Status status = result.get();
-    if (!status.ok()) {
-      thread_.join();
-      return status;
-    }
-    return Status::Ok();
-  }
-
-  // Runs `fn(core)` on the progress thread and returns its result; inline when called there.
-  template <typename Fn>
-  auto Run(Fn&& fn) -> decltype(fn(std::declval<internal::EngineCore&>())) {
-    using R = decltype(fn(std::declval<internal::EngineCore&>()));
-    if (std::this_thread::get_id() == thread_id_) return fn(*core_);
-    std::optional<R> result;
-    Command command;
-    command.fn = [&] { result.emplace(fn(*core_)); };
-    {
-      MutexLock lock(&mu_);
-      queue_.push_back(&command);
-      pending_.store(true, std::memory_order_release);
-    }
-    Wake();
-    {
-      MutexLock lock(&mu_);
-      AwaitCondition(cv_, mu_, [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS { return command.done; });
-    }
-    return std::move(*result);
-  }
-
-  [[nodiscard]] const WorkerAddress& address() const { return address_; }
-  [[nodiscard]] TransferStats stats() const { return core_->stats().Snapshot(); }
-  [[nodiscard]] bool OnThread() const { return std::this_thread::get_id() == thread_id_; }
-
- private:
-  struct Command {
-    std::function<void()> fn;
-    bool done = false;  // guarded by EngineLane::mu_
-  };
-
-  void Wake() const {
-    const std::uint64_t one = 1;
-    if (write(wake_fd_, &one, sizeof(one)) < 0) {
-      // EAGAIN: the counter is already non-zero, the thread will wake anyway.
-    }
-  }
-
-  void Stop() {
-    if (!thread_.joinable()) {
-      if (wake_fd_ >= 0) close(wake_fd_);
-      wake_fd_ = -1;
-      return;
-    }
-    {
-      MutexLock lock(&mu_);
-      stop_ = true;
-      pending_.store(true, std::memory_order_release);
-    }
-    Wake();
-    thread_.join();
-    close(wake_fd_);
-    wake_fd_ = -1;
-  }
-
-  // Runs the queued commands; returns false when the engine is stopping.
-  bool DrainCommands(bool* ran) {
-    *ran = false;
-    // The lock is taken only when something was queued: the loop runs this every iteration.
-    if (!pending_.load(std::memory_order_acquire)) return true;
-    {
-      MutexLock lock(&mu_);
-      pending_.store(false, std::memory_order_relaxed);
-      batch_.swap(queue_);  // both keep their capacity: no allocation per iteration
-      if (stop_ && batch_.empty()) return false;
-    }
-    *ran = !batch_.empty();
-    for (Command* command : batch_) {
-      command->fn();
-      core_->FlushCompletions();
-      MutexLock lock(&mu_);
-      command->done = true;
-    }
-    if (!batch_.empty()) cv_.notify_all();
-    batch_.clear();
-    return true;
-  }
-
-  void Loop(std::promise<Status>* started) {
-    thread_id_ = std::this_thread::get_id();
-    core_ = std::make_unique<internal::EngineCore>(options_, thread_id_);
-    Status status = core_->Init();
-    if (!status.ok()) {
-      core_.reset();
-      started->set_value(std::move(status));
-      return;
-    }
-    address_ = core_->address();
-    started->set_value(Status::Ok());  // `started` is gone after this line
-
-    // The clock is read only when an iteration found nothing to do (no cost on the busy path).
-    auto idle_since = std::chrono::steady_clock::now();
-    bool idle = false;
-    while (true) {
-      bool ran = false;
-      if (!DrainCommands(&ran)) break;
-      const unsigned events = core_->RunOnce();
-      if (events > 0 || ran) {
-        idle = false;
-        continue;
-      }
-      const auto now = std::chrono::steady_clock::now();
-      if (!idle) {
-        idle = true;
-        idle_since = now;
-      } else if (now - idle_since > options_.busy_poll) {
-        Sleep();
-        idle = false;
-      }
-    }
-    core_->Shutdown();
-    core_.reset();  // every UCX object is destroyed on this thread
-  }
-
-  // Sleeps on the worker's event fd and the wake fd until an event, the next deadline or idle_tick.
-  void Sleep() {
-    Result<bool> armed = core_->worker().Arm();
-    if (!armed.ok()) {
-      KVMESH_LOG_ERROR("transfer worker_arm_failed status {}", armed.status().ToString());
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      return;
-    }
-    if (!*armed) return;  // events pending
-    auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options_.idle_tick);
-    const TimePoint deadline = core_->NextDeadline();
-    if (deadline != TimePoint::max()) {
-      const auto until = deadline - core_->clock().Now();
-      timeout = std::min(
-          timeout, std::chrono::ceil<std::chrono::milliseconds>(std::max(until, Nanos::zero())));
-    }
-    pollfd fds[2] = {{core_->worker().event_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    poll(fds, 2, static_cast<int>(timeout.count()));
-    if ((fds[1].revents & POLLIN) != 0) {
-      std::uint64_t value = 0;
-      if (read(wake_fd_, &value, sizeof(value)) < 0) {
-        // EAGAIN: another reader got it first; nothing to do.
-      }
-    }
-  }
-
-  const TransferEngineOptions options_;
-  int wake_fd_ = -1;
-  std::thread thread_;
-  std::thread::id thread_id_;
-  std::unique_ptr<internal::EngineCore> core_;  // owned by the progress thread
-  WorkerAddress address_;
-
-  mutable Mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Command*> queue_ KVMESH_GUARDED_BY(mu_);
-  std::vector<Command*> batch_;  // progress thread only
-  bool stop_ KVMESH_GUARDED_BY(mu_) = false;
-  std::atomic<bool> pending_{false};  // a command or the stop is queued
-};
-
-}  // namespace internal
 
 namespace {
 
@@ -483,21 +299,17 @@ class TransferEngine::Impl {
     const auto lanes = small ? 1u
                              : static_cast<std::uint32_t>(std::min<std::size_t>(
                                    LanesFor(request.sender), request.slices.size()));
-    std::vector<std::vector<Slice>> parts(lanes);
+    Stripe stripe;
     if (lanes > 1) {
       KVMESH_RETURN_IF_ERROR(CheckNoOverlap(request.slices));
-      for (std::uint64_t g = 0; g < request.slices.size(); ++g) {
-        const std::uint32_t k = LaneOf(g, lanes);
-        KVMESH_ASSIGN_OR_RETURN(Slice s, Translate(request.slices[g], k));
-        parts[k].push_back(s);
-      }
+      KVMESH_ASSIGN_OR_RETURN(stripe, Cut(request.slices, 0, lanes));
     }
     // A new id while one is taken on a lane (a live grant's, or a part still draining there).
     for (int attempt = 1;; ++attempt) {
       const TransferId id = NewStripedId(lanes);
       Result<TransferOp> op = lanes == 1
                                   ? OnLane(0, [&](auto& core) { return core.Grant(request, id); })
-                                  : GrantParts(request, lanes, id, parts);
+                                  : GrantParts(request, lanes, id, stripe.parts);
       if (op.ok() || op.status().code() != StatusCode::kAlreadyExists || attempt == 4) return op;
     }
   }
@@ -558,15 +370,9 @@ class TransferEngine::Impl {
                                      std::to_string(options_.max_slices_per_operation) +
                                      " slices, got " + std::to_string(request.slices.size()));
     }
-    std::vector<std::vector<Slice>> parts(lanes);
-    std::vector<std::uint64_t> first_row(lanes, 0);
-    for (std::uint64_t i = 0; i < request.slices.size(); ++i) {
-      const std::uint64_t g = request.first_slice + i;
-      const std::uint32_t k = LaneOf(g, lanes);
-      if (parts[k].empty()) first_row[k] = g / lanes;
-      KVMESH_ASSIGN_OR_RETURN(Slice s, Translate(request.slices[i], k));
-      parts[k].push_back(s);
-    }
+    KVMESH_ASSIGN_OR_RETURN(const Stripe stripe, Cut(request.slices, request.first_slice, lanes));
+    const std::vector<std::vector<Slice>>& parts = stripe.parts;
+    const std::vector<std::uint64_t>& first_row = stripe.first_row;
     auto op = std::make_shared<internal::TransferOpState>(request.transfer, request.on_complete,
                                                           coordinator_.get_id());
     auto multi = std::make_shared<Multi>(op, request.receiver, request.transfer, /*grant=*/false,
@@ -670,23 +476,36 @@ class TransferEngine::Impl {
     return used;
   }
 
-  // `slice` with lane k's id of its region. kInvalidArgument: no such region.
-  Result<Slice> Translate(const Slice& slice, std::uint32_t k) const {
+  // Slices [first, first + slices.size()) of a grant striped over `lanes` lanes, cut into each
+  // lane's part, every slice with that lane's id of its region (one lock for all of them).
+  struct Stripe {
+    std::vector<std::vector<Slice>> parts;  // [lane]
+    std::vector<std::uint64_t> first_row;   // [lane]: the row of parts[lane][0] in the lane's part
+  };
+  // kInvalidArgument: a region this engine does not have, a slice empty or outside its region (the
+  // lanes check the same; checked here before any part is made).
+  Result<Stripe> Cut(std::span<const Slice> slices, std::uint64_t first,
+                     std::uint32_t lanes) const {
+    Stripe out{std::vector<std::vector<Slice>>(lanes), std::vector<std::uint64_t>(lanes, 0)};
     MutexLock lock(&mu_);
-    auto it = regions_.find(slice.region.value);
-    if (it == regions_.end()) {
-      return Status::InvalidArgument("unknown region " + std::to_string(slice.region.value));
+    for (std::uint64_t i = 0; i < slices.size(); ++i) {
+      const Slice& slice = slices[i];
+      auto it = regions_.find(slice.region.value);
+      if (it == regions_.end()) {
+        return Status::InvalidArgument("unknown region " + std::to_string(slice.region.value));
+      }
+      if (slice.length == 0 || slice.offset > it->second.length ||
+          slice.length > it->second.length - slice.offset) {
+        return Status::InvalidArgument("slice [" + std::to_string(slice.offset) + ", +" +
+                                       std::to_string(slice.length) + ") is not inside region " +
+                                       std::to_string(slice.region.value));
+      }
+      const std::uint64_t g = first + i;
+      const std::uint32_t k = LaneOf(g, lanes);
+      if (out.parts[k].empty()) out.first_row[k] = g / lanes;
+      out.parts[k].push_back({it->second.ids[k], slice.offset, slice.length});
     }
-    // The lanes check the same; checked here too, before any part of the operation is made.
-    if (slice.length == 0 || slice.offset > it->second.length ||
-        slice.length > it->second.length - slice.offset) {
-      return Status::InvalidArgument("slice [" + std::to_string(slice.offset) + ", +" +
-                                     std::to_string(slice.length) + ") is not inside region " +
-                                     std::to_string(slice.region.value));
-    }
-    Slice s = slice;
-    s.region = it->second.ids[k];
-    return s;
+    return out;
   }
 
   // The lanes check their own parts; slices on different lanes must not overlap either.
