@@ -230,10 +230,31 @@ Status EngineCore::DeregisterRegion(RegionId region) {
   return Status::Ok();
 }
 
+Status EngineCore::CloseRegion(RegionId region) {
+  auto it = regions_.find(region.value);
+  if (it == regions_.end()) {
+    return Status::NotFound("unknown region " + std::to_string(region.value));
+  }
+  if (it->second->users != 0) {
+    return Status::FailedPrecondition("region " + std::to_string(region.value) + " is used by " +
+                                      std::to_string(it->second->users) + " live slices");
+  }
+  it->second->closing = true;
+  return Status::Ok();
+}
+
+void EngineCore::ReopenRegion(RegionId region) {
+  if (auto it = regions_.find(region.value); it != regions_.end()) it->second->closing = false;
+}
+
 Result<RegionEntry*> EngineCore::ResolveSlice(const Slice& slice) const {
   auto it = regions_.find(slice.region.value);
   if (it == regions_.end()) {
     return Status::InvalidArgument("unknown region " + std::to_string(slice.region.value));
+  }
+  if (it->second->closing) {
+    return Status::FailedPrecondition("region " + std::to_string(slice.region.value) +
+                                      " is being deregistered");
   }
   const std::uint64_t size = it->second->memory->length();
   if (slice.length == 0 || slice.offset > size || slice.length > size - slice.offset) {

@@ -53,6 +53,7 @@ namespace kvmesh::internal {
 struct RegionEntry {
   std::unique_ptr<UcxMemoryRegion> memory;
   std::uint64_t users = 0;  // live grants and sends with a slice in it
+  bool closing = false;     // CloseRegion'd: no new grant or send may use it
 };
 
 class EngineCore;
@@ -163,6 +164,11 @@ class EngineCore {
   Status Disconnect(PeerId peer);
   Result<RegionId> RegisterRegion(void* base, std::size_t length);
   Status DeregisterRegion(RegionId region);
+  // The first step of a multi-lane engine's DeregisterRegion: refuses (kFailedPrecondition) while
+  // a live grant or send uses the region, else keeps every new one from using it (ResolveSlice:
+  // kFailedPrecondition) until ReopenRegion or DeregisterRegion. kNotFound: unknown region.
+  Status CloseRegion(RegionId region);
+  void ReopenRegion(RegionId region);
   // `id`: the transfer id to use (a multi-lane grant's, the same on every lane); a new random one
   // when invalid. kAlreadyExists: `id` names a live grant.
   Result<TransferOp> Grant(const GrantRequest& request, TransferId id = {});

@@ -249,8 +249,9 @@ class TransferEngine::Impl {
     return first;
   }
 
-  // On every lane that still has it. A lane that refuses (a live operation's part uses the region
-  // there) keeps it, and so does the engine: the call may be repeated once the operations ended.
+  // All or nothing: each lane closes the region (refused while a live part uses it there; once
+  // closed, no new part may), and only when every lane has it closed is it released on all of
+  // them; a refusal reopens it on the lanes that had closed it. So a refused call changes nothing.
   Status DeregisterRegion(RegionId region) {
     if (lanes_.size() == 1) {
       return OnLane(0, [&](auto& core) { return core.DeregisterRegion(region); });
@@ -262,25 +263,38 @@ class TransferEngine::Impl {
       if (it == regions_.end()) {
         return Status::NotFound("no region " + std::to_string(region.value));
       }
+      if (it->second.closing) {
+        return Status::FailedPrecondition("region " + std::to_string(region.value) +
+                                          " is being deregistered by another call");
+      }
+      it->second.closing = true;
       ids = it->second.ids;
     }
-    Status status = Status::Ok();
     for (std::uint32_t k = 0; k < ids.size(); ++k) {
-      if (!ids[k].valid()) continue;  // released by an earlier call
-      Status st = OnLane(k, [&](auto& core) { return core.DeregisterRegion(ids[k]); });
-      if (st.ok()) {
-        ids[k] = RegionId{};
-      } else if (status.ok()) {
-        status = st.WithContext("lane " + std::to_string(k));
+      Status st = OnLane(k, [&](auto& core) { return core.CloseRegion(ids[k]); });
+      if (!st.ok()) {
+        for (std::uint32_t j = 0; j < k; ++j) {
+          OnLane(j, [&](auto& core) {
+            core.ReopenRegion(ids[j]);
+            return Status::Ok();
+          }).IgnoreError();
+        }
+        MutexLock lock(&mu_);
+        regions_[region.value].closing = false;
+        return st.WithContext("lane " + std::to_string(k));
       }
     }
-    MutexLock lock(&mu_);
-    if (status.ok()) {
+    {
+      MutexLock lock(&mu_);
       regions_.erase(region.value);
-    } else {
-      regions_[region.value].ids = ids;
     }
-    return status;
+    for (std::uint32_t k = 0; k < ids.size(); ++k) {
+      const Status st = OnLane(k, [&](auto& core) { return core.DeregisterRegion(ids[k]); });
+      // Only an engine being destroyed under the call refuses (kCancelled).
+      KVMESH_CHECK(st.ok() || st.code() == StatusCode::kCancelled)
+          << "lane " << k << ": a closed region was not released: " << st;
+    }
+    return Status::Ok();
   }
 
   Result<TransferOp> Grant(const GrantRequest& request) {
@@ -658,11 +672,12 @@ class TransferEngine::Impl {
 
   mutable Mutex mu_;
   std::unordered_map<PeerId, std::uint32_t> peer_lanes_ KVMESH_GUARDED_BY(mu_);
-  // A region's id (lane 0's) → its memory and its id on each lane (invalid: released there).
+  // A region's id (lane 0's) → its memory and its id on each lane.
   struct Region {
     std::uintptr_t base = 0;
     std::uint64_t length = 0;
     std::vector<RegionId> ids;
+    bool closing = false;  // a DeregisterRegion is closing it on the lanes
   };
   std::unordered_map<std::uint32_t, Region> regions_ KVMESH_GUARDED_BY(mu_);
 

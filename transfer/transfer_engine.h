@@ -203,7 +203,9 @@ class TransferEngine {
   // Registers [base, base + length) once (ucp_mem_map); the memory stays the caller's and must stay
   // mapped until DeregisterRegion. kInvalidArgument: null or empty.
   Result<RegionId> RegisterRegion(void* base, std::size_t length);
-  // kNotFound: unknown region. kFailedPrecondition: a live grant or send uses it.
+  // All or nothing, on every lane. kNotFound: unknown region. kFailedPrecondition: a live grant or
+  // send uses it, or another call is deregistering it; the region is then kept whole. While a call
+  // runs, a grant or send naming the region may be refused with kFailedPrecondition.
   Status DeregisterRegion(RegionId region);
 
   // Grants `request.slices` to `request.sender` (see the completion semantics above); the op's id()

@@ -133,6 +133,49 @@ TEST_P(TransferLanesTest, AGrantIsStripedOverEveryLaneBothEnginesHave) {
   EXPECT_EQ(s.slices_sent, 27u);
 }
 
+// DeregisterRegion is all or nothing on every lane: refused while one lane's live grant uses the
+// region (the others would have let it go), it leaves the region whole, so a grant striped over
+// every lane still works in it; once the grant ended, it goes from every lane.
+TEST_P(TransferLanesTest, ARefusedDeregistrationLeavesTheRegionOnEveryLane) {
+  auto a = EngineOrNull(GetParam(), 3), b = EngineOrNull(GetParam(), 3);
+  if (!a || !b) GTEST_SKIP() << GetParam().name << " unavailable";
+  ASSERT_TRUE(a->Connect(kB, b->address()).ok());
+  ASSERT_TRUE(b->Connect(kA, a->address()).ok());
+  constexpr std::size_t kCount = 3;
+  AlignedBuffer source = MustAllocate(kCount * kBlock, std::byte{0});
+  AlignedBuffer destination = MustAllocate((kCount + 1) * kBlock, std::byte{0});
+  for (std::size_t i = 0; i < kCount; ++i) FillPattern(source.data() + i * kBlock, kBlock, 7, i);
+  const RegionId src = a->RegisterRegion(source.data(), source.size()).value();
+  const RegionId dst = b->RegisterRegion(destination.data(), destination.size()).value();
+  const TimePoint later = SystemClock::Default()->Now() + std::chrono::seconds(30);
+  // One small slice: a grant on one lane.
+  const std::vector<Slice> small = {{dst, 0, 16}};
+  Result<TransferOp> held = b->Grant({kA, small, later, nullptr});
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(b->DeregisterRegion(dst).code(), StatusCode::kFailedPrecondition);
+  // Blocks 1..3 of the same region, striped over the three lanes.
+  std::vector<Slice> sources, destinations;
+  for (std::size_t i = 0; i < kCount; ++i) {
+    sources.push_back({src, i * kBlock, kBlock});
+    destinations.push_back({dst, (i + 1) * kBlock, kBlock});
+  }
+  Result<TransferOp> g = b->Grant({kA, destinations, later, nullptr});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->id().value & 0xF, 2u) << "striped over three lanes";
+  Result<TransferOp> s = a->Send({kB, g->id(), 0, sources, later, nullptr});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(g->Wait().ok());
+  EXPECT_TRUE(s->Wait().ok());
+  for (std::size_t i = 0; i < kCount; ++i) {
+    EXPECT_FALSE(FindPatternMismatch(destination.data() + (i + 1) * kBlock, kBlock, 7, i)) << i;
+  }
+  ASSERT_TRUE(b->CancelGrant(held->id()).ok());
+  EXPECT_EQ(held->Wait().code(), StatusCode::kCancelled);
+  EXPECT_TRUE(b->DeregisterRegion(dst).ok());
+  EXPECT_EQ(b->DeregisterRegion(dst).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(a->DeregisterRegion(src).ok());
+}
+
 TEST_P(TransferLanesTest, EnginesWithOtherLaneCountsWorkBothWays) {
   auto three = EngineOrNull(GetParam(), 3), two = EngineOrNull(GetParam(), 2),
        one = EngineOrNull(GetParam(), 1);
