@@ -142,36 +142,54 @@ Status EngineCore::Disconnect(PeerId peer) {
   return Status::Ok();
 }
 
+// A peer that closes its side (a node stopping) reaches here too: UCX's TCP transport reports the
+// closed socket as "Endpoint timeout". So the log says what was lost: a warning when operations
+// failed with the connection, information when none was in flight.
 void EngineCore::OnEndpointError(Connection* connection, ucs_status_t status) {
   stats_.peer_failures.fetch_add(1, std::memory_order_relaxed);
-  KVMESH_LOG_WARN("transfer peer_failed peer {} status {}", connection->peer.value,
-                  ucs_status_string(status));
-  FailConnection(connection,
-                 Status::PeerUnreachable("peer " + std::to_string(connection->peer.value) +
-                                         " failed: " + ucs_status_string(status)),
-                 /*force_close=*/true);
+  const std::size_t failed =
+      FailConnection(connection,
+                     Status::PeerUnreachable("peer " + std::to_string(connection->peer.value) +
+                                             " failed: " + ucs_status_string(status)),
+                     /*force_close=*/true);
+  if (failed > 0) {
+    KVMESH_LOG_WARN("transfer peer_failed peer {} status {} operations_failed {}",
+                    connection->peer.value, ucs_status_string(status), failed);
+  } else {
+    KVMESH_LOG_INFO("transfer peer_connection_lost peer {} status {} operations_failed 0",
+                    connection->peer.value, ucs_status_string(status));
+  }
 }
 
 // Marks only (safe inside UCX callbacks); AdvanceConnections closes at loop level.
-void EngineCore::FailConnection(Connection* connection, const Status& status, bool force_close) {
-  if (connection->failed) return;
+std::size_t EngineCore::FailConnection(Connection* connection, const Status& status,
+                                       bool force_close) {
+  if (connection->failed) return 0;
   connection->failed = true;
   connection->failure = status;
   connection->close_requested = force_close;
   by_ep_.erase(connection->handle);
+  std::size_t live = 0;
   for (auto& [id, grant] : grants_) {
     if (grant->connection != connection) continue;
-    if (grant->failure.ok()) grant->failure = status;
+    if (grant->failure.ok()) {
+      grant->failure = status;
+      ++live;
+    }
     MarkDirty(grant.get());
   }
   for (auto& [key, list] : sends_) {
     if (key.connection != connection) continue;
     for (auto& send : list) {
-      if (send->failure.ok()) send->failure = status;
+      if (send->failure.ok()) {
+        send->failure = status;
+        ++live;
+      }
       MarkDirty(send.get());
     }
   }
   connections_dirty_ = true;
+  return live;
 }
 
 void EngineCore::AdvanceConnections() {

@@ -212,9 +212,10 @@ class EngineCore {
   Result<std::unique_ptr<SendState>> BuildSend(const SendRequest& request);
   Status SliceError(ucs_status_t status, const SendState& send) const;
 
-  // engine_connections.cc
+  // engine_core.cc: connections
   void OnEndpointError(Connection* connection, ucs_status_t status);
-  void FailConnection(Connection* connection, const Status& status, bool force_close);
+  // How many live grants and sends it failed (0 when the connection had failed already).
+  std::size_t FailConnection(Connection* connection, const Status& status, bool force_close);
   void AdvanceConnections();
   Result<Connection*> LiveConnection(PeerId peer) const;
   Result<RegionEntry*> ResolveSlice(const Slice& slice) const;

@@ -4,8 +4,6 @@
 #pragma once
 
 #include <rocksdb/db.h>
-#include <spdlog/sinks/ringbuffer_sink.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -16,6 +14,7 @@
 
 #include "common/check.h"
 #include "store/rocksdb_tier.h"
+#include "tests/common/log_capture.h"
 #include "tests/store/store_test_util.h"
 
 namespace kvmesh::store_test {
@@ -118,28 +117,7 @@ struct RawDb {
   std::map<std::string, rocksdb::ColumnFamilyHandle*> by_name;
 };
 
-// What the library logs at warn level and above while this object lives.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(512)) {
-    sink_->set_level(spdlog::level::warn);
-    spdlog::default_logger()->sinks().push_back(sink_);
-  }
-  ~LogCapture() {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  LogCapture(const LogCapture&) = delete;
-  LogCapture& operator=(const LogCapture&) = delete;
-  [[nodiscard]] std::string Text() const {
-    std::string out;
-    for (const auto& line : sink_->last_formatted()) out += line;
-    return out;
-  }
-
- private:
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
-};
+using test_log::LogCapture;
 
 // Names in a directory, sorted (empty when it does not exist).
 inline std::vector<std::string> ListDir(const std::string& dir) {

@@ -4,14 +4,18 @@
 // partial sends, validation of grants and sends, and every refusal of the receiver — wrong
 // transfer id, slice index out of range, oversize and undersize slices, a slice sent twice, a
 // third peer using another's grant — each leaving every byte outside the grant (and the grant
-// itself, for refusals) untouched. Deadlines run on a ManualClock.
+// itself, for refusals) untouched. Deadlines run on a ManualClock. A peer that goes away is a
+// warning only where it took operations with it.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
+#include "tests/common/log_capture.h"
 #include "tests/transfer/transfer_test_util.h"
 
 namespace kvmesh {
@@ -453,6 +457,43 @@ TEST_P(TransferEngineTest, GrantAndSendValidation) {
   EXPECT_EQ(receiver_->CancelGrant(grant->id()).code(), StatusCode::kNotFound);
   EXPECT_TRUE(receiver_->DeregisterRegion(region).ok());
   EXPECT_EQ(receiver_->DeregisterRegion(region).code(), StatusCode::kNotFound);
+}
+
+// A peer engine that goes away (a node stopping) fails the connection on this side. Over TCP, UCX
+// reports the closed socket as "Endpoint timeout", so the log line must say what was lost: no
+// warning when nothing was in flight, a warning naming the failed operations when a grant was.
+TEST_P(TransferEngineTest, APeerThatGoesAwayIsAWarningOnlyWhereOperationsFailed) {
+  if (std::string(GetParam().tls).find("tcp") == std::string::npos) {
+    GTEST_SKIP() << "only TCP reports a peer's close at once (its socket)";
+  }
+  const auto await_failure = [](TransferEngine& engine) {
+    for (int i = 0; i < 500 && engine.stats().peer_failures == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return engine.stats().peer_failures;
+  };
+  {
+    test_log::LogCapture log;
+    pair_.a.reset();  // the sender goes; the receiver has nothing in flight with it
+    sender_ = nullptr;
+    ASSERT_GT(await_failure(*receiver_), 0u) << "the receiver never saw its peer go";
+    EXPECT_EQ(log.Text().find("peer_failed"), std::string::npos) << log.Text();
+  }
+  transfer_test::EnginePair pair = transfer_test::MakeEnginePair(GetParam(), &clock_);
+  ASSERT_TRUE(pair.skip_reason.empty()) << pair.skip_reason;
+  AlignedBuffer destination = MustAllocate(4096, kGuard);
+  const RegionId region = Register(pair.b.get(), destination);
+  const std::vector<Slice> slices = {{region, 0, 4096}};
+  Result<TransferOp> grant = pair.b->Grant({kPeerA, slices, Later(), nullptr});
+  ASSERT_TRUE(grant.ok()) << grant.status();
+  test_log::LogCapture log;
+  pair.a.reset();
+  EXPECT_EQ(grant->Wait().code(), StatusCode::kPeerUnreachable);
+  ASSERT_GT(await_failure(*pair.b), 0u);
+  EXPECT_NE(log.Text().find("peer_failed peer 1 status Endpoint timeout operations_failed 1"),
+            std::string::npos)
+      << log.Text();
+  EXPECT_TRUE(pair.b->DeregisterRegion(region).ok());
 }
 
 TEST_P(TransferEngineTest, MaxGrantsIsEnforced) {
