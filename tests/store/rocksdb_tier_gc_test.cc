@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/strings.h"
 #include "store/rocksdb_tier.h"
 #include "tests/store/rocksdb_test_util.h"
 #include "tests/store/store_test_util.h"
@@ -192,6 +193,7 @@ void PutsGoOnAtTheWriteLimit(int hot) {
   RocksDbTierOptions o = Options(path);
   o.disable_auto_compactions = true;
   TestPool src(o.pools[0].layout, 1, 1.0f);
+  store_test::LogCapture log;  // the upkeep's warnings, printed with a failure
   auto tier = store_test::OpenTierOrDie(o);
   const int puts = 400;
   std::int64_t refused = 0, max_on_disk = 0;
@@ -223,10 +225,14 @@ void PutsGoOnAtTheWriteLimit(int hot) {
               static_cast<double>(max_on_disk) / (1 << 20),
               static_cast<double>(o.capacity_bytes) / (1 << 20),
               static_cast<long long>(tier->garbage_collections()));
-  EXPECT_GT(tier->garbage_collections(), 0);
+  const TierStats t = tier->stats();
+  const std::string context =
+      StrCat("tier: disk_bytes ", t.disk_bytes, " used_bytes ", t.used_bytes,
+             " over_capacity refusals ", refused, "; warnings: ", log.Text());
+  EXPECT_GT(tier->garbage_collections(), 0) << context;
   // The hot blocks (and the last cold one) were not evicted for the dead bundles' sake.
-  EXPECT_EQ(s.entries, hot + 1);
-  EXPECT_LE(max_on_disk, o.capacity_bytes);
+  EXPECT_EQ(s.entries, hot + 1) << context;
+  EXPECT_LE(max_on_disk, o.capacity_bytes) << context;
   // Within 2 x the live bundles + 4 MiB (without the collection: 9.3 x, at the write limit).
   EXPECT_LE(static_cast<double>(d.total()), 2.0 * static_cast<double>(s.used_bytes) + kSlack);
 }
