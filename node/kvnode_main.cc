@@ -20,6 +20,7 @@
 // EXTEND_TIMEOUT_USEC, so that a shutdown flush that makes progress is not killed at the unit's
 // TimeoutStopSec, while a stuck one is, a minute after its last progress. Without $NOTIFY_SOCKET
 // (not run by systemd) sd_notify does nothing.
+#include <fmt/format.h>
 #include <pthread.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -140,7 +141,8 @@ int main(int argc, char** argv) {
   });
   node->reset();
   std::cout << "kvnode stopped: released " << r.released_sequences << " sequences, flushed "
-            << r.flushed_blocks << " blocks to disk in " << r.seconds << " s";
+            << r.flushed_blocks << " blocks to disk in " << fmt::format("{:.2f}", r.seconds)
+            << " s";
   if (r.flush_skipped_full > 0) {
     std::cout << " (" << r.flush_skipped_full
               << " not flushed: beyond the disk tier's capacity; the most valuable were written)";
