@@ -236,15 +236,8 @@ Result<RegionId> EngineCore::RegisterRegion(void* base, std::size_t length) {
 }
 
 Status EngineCore::DeregisterRegion(RegionId region) {
-  auto it = regions_.find(region.value);
-  if (it == regions_.end()) {
-    return Status::NotFound("unknown region " + std::to_string(region.value));
-  }
-  if (it->second->users != 0) {
-    return Status::FailedPrecondition("region " + std::to_string(region.value) + " is used by " +
-                                      std::to_string(it->second->users) + " live slices");
-  }
-  regions_.erase(it);
+  KVMESH_RETURN_IF_ERROR(CloseRegion(region));  // refused while a live slice uses it
+  regions_.erase(region.value);
   return Status::Ok();
 }
 
