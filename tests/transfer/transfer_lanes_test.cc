@@ -7,8 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -174,6 +178,106 @@ TEST_P(TransferLanesTest, ARefusedDeregistrationLeavesTheRegionOnEveryLane) {
   EXPECT_TRUE(b->DeregisterRegion(dst).ok());
   EXPECT_EQ(b->DeregisterRegion(dst).code(), StatusCode::kNotFound);
   EXPECT_TRUE(a->DeregisterRegion(src).ok());
+}
+
+// A lane list as a multi-lane engine writes it (transfer_engine.cc): the magic, the count, then
+// each lane's address with its length, little-endian.
+WorkerAddress LaneList(const std::vector<WorkerAddress>& lanes) {
+  WorkerAddress out;
+  const auto put_u32 = [&out](std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+  };
+  for (char c : std::string_view("KVMLANES")) out.push_back(static_cast<std::byte>(c));
+  put_u32(static_cast<std::uint32_t>(lanes.size()));
+  for (const WorkerAddress& lane : lanes) {
+    put_u32(static_cast<std::uint32_t>(lane.size()));
+    out.insert(out.end(), lane.begin(), lane.end());
+  }
+  return out;
+}
+
+// A striped send whose part cannot be made on one lane (that lane's connection failed while the
+// others work) fails whole, and only once the parts already made have ended: the source memory is
+// the caller's again when Send returns (its region deregisters at once). The peer's three lanes are
+// three single-lane engines here, so that one of them can go alone, and the one that plays lane 0
+// is kept from answering, so that the part made there is still in flight when the send fails. TCP
+// only: a peer engine in this process that goes away is noticed at once only through its socket.
+TEST_P(TransferLanesTest, AStripedSendWithALaneThatCannotSendFailsWholeAndLeavesNothingInFlight) {
+  if (std::string(GetParam().tls).find("tcp") == std::string::npos) {
+    GTEST_SKIP() << "only TCP reports a peer's close at once";
+  }
+  auto a = EngineOrNull(GetParam(), 3);
+  std::vector<std::unique_ptr<TransferEngine>> lanes;
+  for (int k = 0; k < 3; ++k) lanes.push_back(EngineOrNull(GetParam(), 1));
+  if (!a || !lanes[0] || !lanes[1] || !lanes[2]) GTEST_SKIP() << GetParam().name << " unavailable";
+  ASSERT_TRUE(
+      a->Connect(kB, LaneList({lanes[0]->address(), lanes[1]->address(), lanes[2]->address()}))
+          .ok());
+  // The peer's lane 0 is kept busy: its progress thread waits in the on_slice of a grant of its own
+  // until the end, so the part a's lane 0 makes stays in flight until a cancels it.
+  ASSERT_TRUE(lanes[0]->Connect(kA, a->address()).ok());
+  AlignedBuffer hold_source = MustAllocate(64, std::byte{1});
+  AlignedBuffer hold_destination = MustAllocate(64, std::byte{0});
+  const RegionId hold_src = a->RegisterRegion(hold_source.data(), 64).value();
+  const RegionId hold_dst = lanes[0]->RegisterRegion(hold_destination.data(), 64).value();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, release = false;
+  const std::vector<Slice> hold_slices = {{hold_dst, 0, 64}};
+  GrantRequest hold{kA, hold_slices, SystemClock::Default()->Now() + std::chrono::seconds(30),
+                    nullptr};
+  hold.on_slice = [&](std::uint32_t) {
+    std::unique_lock<std::mutex> lock(mu);
+    held = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  };
+  Result<TransferOp> hold_grant = lanes[0]->Grant(hold);
+  ASSERT_TRUE(hold_grant.ok()) << hold_grant.status();
+  const std::vector<Slice> hold_sources = {{hold_src, 0, 64}};
+  Result<TransferOp> hold_send =
+      a->Send({kB, hold_grant->id(), 0, hold_sources, hold.deadline, nullptr});
+  ASSERT_TRUE(hold_send.ok()) << hold_send.status();
+  const auto let_go = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+    cv.notify_all();
+  };
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return held; })) {
+      lock.unlock();
+      let_go();
+      FAIL() << "the peer's lane 0 never got its slice";
+    }
+  }
+  lanes[1].reset();  // the peer's lane 1 goes: a's lane 1 connection fails
+  for (int i = 0; i < 500 && a->stats().peer_failures == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GT(a->stats().peer_failures, 0u) << "a never saw the lane go";
+  constexpr std::size_t kCount = 3;
+  AlignedBuffer source = MustAllocate(kCount * kBlock, std::byte{0});
+  const RegionId src = a->RegisterRegion(source.data(), source.size()).value();
+  std::vector<Slice> sources;
+  for (std::size_t i = 0; i < kCount; ++i) sources.push_back({src, i * kBlock, kBlock});
+  const TransferId id{(0x5EEDull << 4) | 2};  // striped over three lanes
+  const TimePoint later = SystemClock::Default()->Now() + std::chrono::seconds(30);
+  Result<TransferOp> send = a->Send({kB, id, 0, sources, later, nullptr});
+  ASSERT_FALSE(send.ok());
+  EXPECT_EQ(send.status().code(), StatusCode::kPeerUnreachable) << send.status();
+  // Lane 0's part was made, then cancelled and waited for: nothing uses the region any more.
+  EXPECT_TRUE(a->DeregisterRegion(src).ok());
+  const TransferStats s = a->stats();
+  // Cancelling a part with a rendezvous in flight closes its lane's connection to that peer, so
+  // the other send on it (the one that holds the peer's lane 0) fails too: a peer with a lane down
+  // is a peer going away.
+  EXPECT_EQ(s.sends_started, 2u);
+  EXPECT_EQ(s.sends_failed, 2u);
+  EXPECT_EQ(s.sends_completed, 0u);
+  let_go();
+  EXPECT_FALSE(hold_send->Wait().ok());
+  EXPECT_TRUE(hold_grant->Wait().ok()) << "its one slice had arrived";
 }
 
 TEST_P(TransferLanesTest, EnginesWithOtherLaneCountsWorkBothWays) {
