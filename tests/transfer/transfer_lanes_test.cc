@@ -3,7 +3,9 @@
 // carries the stripe's width, unless its slices are small (min_striped_slice_bytes); engines with
 // different lane counts (one of them single-lane) work with each other in both directions; a
 // striped operation counts once in stats(); the option is validated; a malformed lane list is
-// refused before UCX sees it. Over TCP and shared memory on loopback, byte for byte.
+// refused before UCX sees it; a refused DeregisterRegion leaves the region on every lane; a striped
+// send with a lane that cannot send fails whole. Over TCP and shared memory on loopback, byte for
+// byte.
 #include <gtest/gtest.h>
 
 #include <algorithm>
