@@ -107,6 +107,10 @@ void CollectPools(const BlockManagerStats& ms, const NodePools& pools, Families&
         "Times an admission, append or restore waited for evicted blocks still being copied to a "
         "tier (deferred eviction) before it could allocate: offload holding admissions back.",
         MetricType::kCounter, static_cast<double>(ms.counters.move_out_waits));
+  f.One("kvmesh_move_out_wait_seconds_total",
+        "Seconds those waits took, the copies the waiting call did itself included: the time "
+        "offload added to admissions, appends and restores.",
+        MetricType::kCounter, static_cast<double>(ms.counters.move_out_wait_ns) * 1e-9);
   f.One("kvmesh_tree_nodes", "Cached blocks (prefix-tree nodes) over every pool.",
         MetricType::kGauge, static_cast<double>(ms.tree_nodes));
   f.One("kvmesh_kv_events_total", "KV events recorded (stored, removed, tier changed).",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <random>
 
 #include "common/check.h"
@@ -305,11 +306,17 @@ bool BlockManager::MakeRoom(const Match& m, const Admission& a) {
 }
 
 void BlockManager::AwaitMoves(std::uint64_t target) {
+  const auto start = std::chrono::steady_clock::now();
   if (EvictionListener* l = env_.eviction_listener; l != nullptr) {
     while (moves_.completions() < target && moves_.outstanding() > 0 && l->HelpMoveOut()) {
     }
   }
   moves_.AwaitCompletions(target);
+  move_out_wait_ns_.fetch_add(
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - start)
+                                     .count()),
+      std::memory_order_relaxed);
 }
 
 void BlockManager::ApplyReuseRetention(const Sequence& seq, const Match& m) {

@@ -85,6 +85,7 @@
 //                       ("pool 0 needs 12 blocks, 3 free, 4 evictable").
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -404,6 +405,7 @@ class BlockManager final : private BlockPinOwner {
   const Clock* clock_;
   KvEventBuffer events_;
   MoveOutQueue moves_;  // thread-safe; outlives cache_, which points to it
+  std::atomic<std::uint64_t> move_out_wait_ns_{0};  // AwaitMoves' wall time, summed
 
   mutable Mutex mu_;
   // mutable: observers (GetStats, FindBlock) first apply retention expiries that are due.

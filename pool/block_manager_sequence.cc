@@ -300,6 +300,7 @@ BlockManagerStats BlockManager::GetStats() const {
   cache_.ReclaimMovedOut();  // completed moves count as free
   BlockManagerStats s;
   s.counters = counters_;
+  s.counters.move_out_wait_ns = move_out_wait_ns_.load(std::memory_order_relaxed);
   s.running_sequences = static_cast<std::int64_t>(sequences_.size());
   s.tree_nodes = cache_.tree().num_nodes();
   s.last_event_seq = events_.last_seq();

@@ -49,6 +49,8 @@ struct BlockManagerCounters {
   // Waits of AddSequence, AppendTokens and restore reservations for moving-out blocks (deferred
   // evictions) to complete, without the manager's lock; each is followed by planning again.
   std::uint64_t move_out_waits = 0;
+  // The wall time those waits took, the copies the waiting call did itself (helping) included.
+  std::uint64_t move_out_wait_ns = 0;
 };
 
 struct PoolStats {

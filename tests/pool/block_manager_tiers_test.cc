@@ -204,6 +204,9 @@ TEST(BlockManagerMoveOutTest, AnAdmissionShortOfManyBlocksWaitsForThemInBatches)
   EXPECT_GE(listener.completed_blocks.load(), 48 - 8);
   EXPECT_GE(s.counters.move_out_waits, 10u);
   EXPECT_LE(s.counters.move_out_waits, 16u);
+  // At least 40 moves of 2 ms each, one at a time, nearly all of them waited for: their time is
+  // counted (at least 30 of them, for the planning between the waits).
+  EXPECT_GE(s.counters.move_out_wait_ns, 30u * 2'000'000u);
   // Victims are evicted ahead while fewer than 8 move (another victim rather than a wait), so
   // up to 8 more than the admission needed.
   EXPECT_LE(s.pools[0].evicted_blocks, 48u + 8u);
