@@ -3,8 +3,9 @@
 // carries the stripe's width, unless its slices are small (min_striped_slice_bytes); engines with
 // different lane counts (one of them single-lane) work with each other in both directions; a
 // striped operation counts once in stats(); the option is validated; a malformed lane list is
-// refused before UCX sees it; a refused DeregisterRegion leaves the region on every lane; a striped
-// send with a lane that cannot send fails whole. Over TCP and shared memory on loopback, byte for
+// refused before UCX sees it; a refused DeregisterRegion leaves the region on every lane, and a
+// second one while one is under way is refused; a striped send with a lane that cannot send fails
+// whole. Over TCP and shared memory on loopback, byte for
 // byte.
 #include <gtest/gtest.h>
 
@@ -196,6 +197,86 @@ WorkerAddress LaneList(const std::vector<WorkerAddress>& lanes) {
     out.insert(out.end(), lane.begin(), lane.end());
   }
   return out;
+}
+
+// A DeregisterRegion under way on the lanes refuses a second one of the same region at once
+// (kFailedPrecondition), and the first then completes: the region goes from every lane once. The
+// first is kept under way by a lane of b whose progress thread waits in an on_slice of a grant in
+// another region; both calls race, so whichever comes second is the one refused.
+TEST_P(TransferLanesTest, ASecondDeregistrationWhileOneIsUnderWayIsRefused) {
+  auto a = EngineOrNull(GetParam(), 3), b = EngineOrNull(GetParam(), 3);
+  if (!a || !b) GTEST_SKIP() << GetParam().name << " unavailable";
+  ASSERT_TRUE(a->Connect(kB, b->address()).ok());
+  ASSERT_TRUE(b->Connect(kA, a->address()).ok());
+  AlignedBuffer hold_source = MustAllocate(64, std::byte{1});
+  AlignedBuffer hold_destination = MustAllocate(64, std::byte{0});
+  AlignedBuffer region = MustAllocate(kBlock, std::byte{0});
+  const RegionId hold_src = a->RegisterRegion(hold_source.data(), 64).value();
+  const RegionId hold_dst = b->RegisterRegion(hold_destination.data(), 64).value();
+  const RegionId doomed = b->RegisterRegion(region.data(), region.size()).value();
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false, release = false;
+  const std::vector<Slice> hold_slices = {{hold_dst, 0, 64}};
+  GrantRequest hold{kA, hold_slices, SystemClock::Default()->Now() + std::chrono::seconds(30),
+                    nullptr};
+  hold.on_slice = [&](std::uint32_t) {
+    std::unique_lock<std::mutex> lock(mu);
+    held = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  };
+  Result<TransferOp> hold_grant = b->Grant(hold);
+  ASSERT_TRUE(hold_grant.ok()) << hold_grant.status();
+  const std::vector<Slice> hold_sources = {{hold_src, 0, 64}};
+  Result<TransferOp> hold_send =
+      a->Send({kB, hold_grant->id(), 0, hold_sources, hold.deadline, nullptr});
+  ASSERT_TRUE(hold_send.ok()) << hold_send.status();
+  const auto let_go = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+    cv.notify_all();
+  };
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return held; })) {
+      lock.unlock();
+      let_go();
+      FAIL() << "b's lane never got the slice";
+    }
+  }
+  // Two calls race; neither can finish while the lane is held, so one is under way and the other
+  // must be refused without waiting for it.
+  std::mutex results_mu;
+  std::condition_variable results_cv;
+  std::vector<Status> results;
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 2; ++i) {
+    callers.emplace_back([&] {
+      Status st = b->DeregisterRegion(doomed);
+      std::lock_guard<std::mutex> lock(results_mu);
+      results.push_back(std::move(st));
+      results_cv.notify_all();
+    });
+  }
+  Status refused;
+  {
+    std::unique_lock<std::mutex> lock(results_mu);
+    const bool one =
+        results_cv.wait_for(lock, std::chrono::seconds(10), [&] { return !results.empty(); });
+    if (one) refused = results.front();
+  }
+  let_go();
+  for (std::thread& t : callers) t.join();
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("another call"), std::string::npos) << refused;
+  EXPECT_TRUE(results.back().ok()) << results.back();
+  EXPECT_EQ(b->DeregisterRegion(doomed).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(hold_send->Wait().ok());
+  EXPECT_TRUE(hold_grant->Wait().ok());
+  EXPECT_TRUE(b->DeregisterRegion(hold_dst).ok());
+  EXPECT_TRUE(a->DeregisterRegion(hold_src).ok());
 }
 
 // A striped send whose part cannot be made on one lane (that lane's connection failed while the
