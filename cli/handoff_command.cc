@@ -46,9 +46,9 @@ Status Run(const HandoffOptions& o) {
     PrintDocument("kvmesh.handoff/1", doc);
     return Status::Ok();
   }
-  std::printf("handoff of %zu tokens to %s (%s): %lld full blocks wanted\n", tokens.size(),
-              o.to_node_id.c_str(), o.to_address.c_str(),
-              static_cast<long long>(r.wanted_blocks()));
+  const std::string where = o.to_address.empty() ? "" : StrCat(" (", o.to_address, ")");
+  std::printf("handoff of %zu tokens to %s%s: %lld full blocks wanted\n", tokens.size(),
+              o.to_node_id.c_str(), where.c_str(), static_cast<long long>(r.wanted_blocks()));
   std::printf("  had %lld (not moved), moved %lld (verified), held %lld\n",
               static_cast<long long>(r.had_blocks()), static_cast<long long>(r.moved_blocks()),
               static_cast<long long>(r.held_blocks()));
@@ -69,8 +69,9 @@ void RegisterHandoffCommand(CLI::App& app, CommandOutcome& outcome) {
       "the decode node lacks move");
   AddNodeConnectionFlags(cmd, &o->node);
   cmd->add_option("--to-node-id", o->to_node_id, "the decode node's node id")->required();
-  cmd->add_option("--to", o->to_address, "the decode node's TCP control address (host:port)")
-      ->required();
+  cmd->add_option("--to", o->to_address,
+                  "the decode node's TCP control address (host:port); may be left out for a "
+                  "member of the prefill node's cluster, and must be its member address if given");
   AddPromptFlags(cmd, &o->prompt);
   cmd->add_option("--salt", o->salt, "the engine's cache salt (tenant) of the prompt");
   cmd->add_option("--lora-id", o->lora_id, "the engine's LoRA adapter id of the prompt (0: none)");

@@ -190,21 +190,41 @@ Status EngineService::Attach(EngineSession& s, rpc::AttachResponse* out,
 Status EngineService::HandOffTo(EngineSession& s, const rpc::HandOffToRequest& in,
                                 rpc::HandoffResponse* out) {
   if (handoff_ == nullptr) return Status::NotSupported("this node has no peer data path");
-  if (in.to_node_id().empty()) return Status::InvalidArgument("hand_off_to: no node id");
-  KVMESH_ASSIGN_OR_RETURN(const SequenceOptions options, FromProto(in.options()));
-  if (!in.to_address().empty()) {
-    handoff_peers_->Upsert({.node_id = in.to_node_id(), .control_address = in.to_address()});
+  const std::string& to = in.to_node_id();
+  if (to.empty()) return Status::InvalidArgument("hand_off_to: no node id");
+  if (to == description_.node_id) {
+    return Status::InvalidArgument(
+        StrCat("hand_off_to: ", to, " is this node itself; name the decode node"));
   }
+  KVMESH_ASSIGN_OR_RETURN(const SequenceOptions options, FromProto(in.options()));
+  // A member is reached where membership says; an address for it must agree (it never moves a
+  // member). A node outside the membership is a contact at the address given (peer_table.h).
+  if (const std::shared_ptr<const PeerInfo> member = handoff_peers_->Find(to); member != nullptr) {
+    if (!in.to_address().empty() && in.to_address() != member->control_address) {
+      return Status::InvalidArgument(StrCat(
+          "hand_off_to: ", to, " is a member of this node's cluster at ", member->control_address,
+          ", not ", in.to_address(), " (leave the address out, or give that one)"));
+    }
+  } else if (!in.to_address().empty()) {
+    handoff_peers_->SetContact(to, in.to_address());
+  } else if (handoff_peers_->Resolve(to) == nullptr) {
+    return Status::NotFound(
+        StrCat("hand_off_to: ", to, " is not a member of this node's cluster; give its address"));
+  }
+  const std::shared_ptr<const PeerInfo> target = handoff_peers_->Resolve(to);
+  const std::string where = StrCat("node ", description_.node_id, " handing off to ", to, " at ",
+                                   target != nullptr ? target->control_address : in.to_address());
   const std::chrono::milliseconds deadline(in.deadline_ms() == 0 ? 5000 : in.deadline_ms());
-  HandoffResult r;
+  Result<HandoffResult> done = HandoffResult{};
   if (in.stream()) {
     KVMESH_ASSIGN_OR_RETURN(const RequestId id, Running(s, in.request_id()));
-    KVMESH_ASSIGN_OR_RETURN(r, handoff_->HandOffStream(in.to_node_id(), TokensOf(in.tokens()),
-                                                       options, id, deadline, s.info().session_id));
+    done = handoff_->HandOffStream(to, TokensOf(in.tokens()), options, id, deadline,
+                                   s.info().session_id);
   } else {
-    KVMESH_ASSIGN_OR_RETURN(
-        r, handoff_->HandOff(in.to_node_id(), TokensOf(in.tokens()), options, deadline));
+    done = handoff_->HandOff(to, TokensOf(in.tokens()), options, deadline);
   }
+  if (!done.ok()) return done.status().WithContext(where);
+  const HandoffResult& r = *done;
   out->set_wanted_blocks(r.wanted_blocks);
   out->set_had_blocks(r.had_blocks);
   out->set_moved_blocks(r.moved_blocks);

@@ -129,8 +129,10 @@ class EngineService final : public RequestHandler {
   }
   // The cluster messages (node/cluster_service.h); none: they get kNotSupported. Set before Serve.
   void SetCluster(ClusterService* service) { cluster_ = service; }
-  // Who answers HandOffTo (node/handoff.h) and the peer table it adds the decode node to. Null:
-  // kNotSupported. Set before the server serves.
+  // Who answers HandOffTo (node/handoff.h) and the peer table that says where the decode node is:
+  // a member where membership says (an address given must agree), else a contact at the address
+  // given (node/peer_table.h); the member list is never changed. Null: kNotSupported. Set before
+  // the server serves.
   void SetHandoff(HandoffSender* sender, PeerTable* peers) {
     handoff_ = sender;
     handoff_peers_ = peers;

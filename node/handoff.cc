@@ -145,11 +145,14 @@ Status HandoffReceiver::Handle(const SessionInfo& session, const rpc::HandoffReq
   const std::span<const Token> prompt = TokensOf(in.tokens());
   if (in.deadline_ms() == 0) return Status::InvalidArgument("handoff: no deadline");
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(in.deadline_ms());
+  // A sender outside the membership is a contact (node/peer_table.h): its address serves the
+  // peer session back to it, and the member list stays as membership made it.
   if (peers_->Find(from) == nullptr) {
-    if (in.from_address().empty()) {
+    if (!in.from_address().empty()) {
+      peers_->SetContact(from, in.from_address());
+    } else if (peers_->Resolve(from) == nullptr) {
       return Status::FailedPrecondition(StrCat("handoff: peer ", from, " has no known address"));
     }
-    peers_->Upsert({.node_id = from, .control_address = in.from_address()});
   }
   if (in.stream_id() != 0) return streams_->Start(from, prompt, options, until, in, out);
   BlockManager& m = cache_->manager();

@@ -150,8 +150,11 @@ Result<bool> PeerSessions::CheckCompatible(
 
 Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id,
                                                      std::chrono::milliseconds within) {
-  const std::shared_ptr<const PeerInfo> info = peers_->Find(node_id);
-  if (info == nullptr) return Status::NotFound(StrCat("peer ", node_id, " is not a member"));
+  const std::shared_ptr<const PeerInfo> info = peers_->Resolve(node_id);
+  if (info == nullptr) {
+    return Status::NotFound(
+        StrCat("peer ", node_id, " is not a member, and no address is known for it"));
+  }
   {
     MutexLock lock(&mu_);
     auto it = links_.find(node_id);

@@ -2,7 +2,8 @@
 // one place where UCX worker addresses are exchanged.
 //
 // Establishing a link to peer X (Link(X), the requesting side):
-//   1. X's control address comes from the PeerTable (membership fills it; tests Upsert);
+//   1. X's control address comes from the PeerTable (PeerTable::Resolve: a member, which membership
+//      fills in, or a contact, which a handoff outside the membership names; tests Upsert);
 //   2. NodeClient::Connect with role CLIENT_ROLE_PEER, client_name = this node's id and the shared
 //      secret: the challenge–response of node/auth.h, both ways;
 //   3. only then PeerHello{node id, UCX address, namespace digest, geometry fingerprints}; X checks

@@ -1,5 +1,7 @@
 #include "node/peer_table.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace kvmesh {
@@ -68,6 +70,37 @@ std::shared_ptr<const PeerInfo> PeerTable::Find(const std::string& node_id) cons
   MutexLock lock(&mu_);
   auto it = members_.find(node_id);
   return it == members_.end() ? nullptr : it->second;
+}
+
+void PeerTable::SetContact(const std::string& node_id, const std::string& control_address) {
+  if (node_id == self_id_) return;
+  MutexLock lock(&mu_);
+  if (members_.contains(node_id)) return;
+  auto it = contacts_.find(node_id);
+  if (it != contacts_.end() && it->second->control_address == control_address) return;
+  if (it != contacts_.end()) {
+    contact_order_.erase(std::find(contact_order_.begin(), contact_order_.end(), node_id));
+  } else if (contacts_.size() >= kMaxContacts) {
+    contacts_.erase(contact_order_.front());
+    contact_order_.pop_front();
+  }
+  auto info = std::make_shared<PeerInfo>();
+  info->node_id = node_id;
+  info->control_address = control_address;
+  contacts_[node_id] = std::move(info);
+  contact_order_.push_back(node_id);
+}
+
+std::shared_ptr<const PeerInfo> PeerTable::Resolve(const std::string& node_id) const {
+  MutexLock lock(&mu_);
+  if (auto it = members_.find(node_id); it != members_.end()) return it->second;
+  auto it = contacts_.find(node_id);
+  return it == contacts_.end() ? nullptr : it->second;
+}
+
+std::size_t PeerTable::contacts() const {
+  MutexLock lock(&mu_);
+  return contacts_.size();
 }
 
 void PeerTable::Subscribe(Listener listener) {

@@ -12,6 +12,13 @@
 //
 // Every member that joins, leaves or comes back with a new incarnation is logged (info).
 //
+// Contacts: nodes outside the membership that this node hands requests off to, or that hand off
+// to it (a decode node named with its address in HandOffTo, node/engine_service.h; the prefill node
+// of a handoff received, node/handoff.h). SetContact records a contact's control address for peer
+// sessions only: a contact is not a member — not in Snapshot, Find, the listeners' lists or the
+// counts, so it never changes the directory's homes — and a member of the same id always wins
+// (Resolve). At most kMaxContacts are kept; a new one beyond that drops the one set longest ago.
+//
 // A PeerInfo is what a member advertises about itself; nothing in it is trusted for memory
 // access: the control plane authenticates a peer before any UCX address is used, and every block
 // received is verified (bundle checksum bound to content id and geometry).
@@ -21,6 +28,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -81,8 +89,19 @@ class PeerTable {
 
   // Every member but this node, sorted by node id.
   [[nodiscard]] std::vector<PeerInfo> Snapshot() const KVMESH_EXCLUDES(mu_);
+  // The member `node_id`; null when it is not one (contacts are not members).
   [[nodiscard]] std::shared_ptr<const PeerInfo> Find(const std::string& node_id) const
       KVMESH_EXCLUDES(mu_);
+
+  static constexpr std::size_t kMaxContacts = 1024;
+  // Records (or moves) the contact `node_id` at `control_address`; a member of that id, or this
+  // node itself, is left alone (ignored).
+  void SetContact(const std::string& node_id, const std::string& control_address)
+      KVMESH_EXCLUDES(mu_);
+  // Where to reach `node_id` for a peer session: the member, else the contact; null: neither.
+  [[nodiscard]] std::shared_ptr<const PeerInfo> Resolve(const std::string& node_id) const
+      KVMESH_EXCLUDES(mu_);
+  [[nodiscard]] std::size_t contacts() const KVMESH_EXCLUDES(mu_);
   // `listener` is called with the new member list after every change, for the table's lifetime.
   void Subscribe(Listener listener) KVMESH_EXCLUDES(mu_);
 
@@ -99,6 +118,9 @@ class PeerTable {
   mutable Mutex mu_;
   std::map<std::string, std::shared_ptr<const PeerInfo>> members_ KVMESH_GUARDED_BY(mu_);
   std::vector<Listener> listeners_ KVMESH_GUARDED_BY(mu_);
+  // Contacts, and the order they were last set in (front: longest ago).
+  std::map<std::string, std::shared_ptr<const PeerInfo>> contacts_ KVMESH_GUARDED_BY(mu_);
+  std::deque<std::string> contact_order_ KVMESH_GUARDED_BY(mu_);
   std::int64_t joined_ KVMESH_GUARDED_BY(mu_) = 0;
   std::int64_t left_ KVMESH_GUARDED_BY(mu_) = 0;
   std::int64_t rejoined_ KVMESH_GUARDED_BY(mu_) = 0;

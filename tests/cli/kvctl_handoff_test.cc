@@ -80,7 +80,10 @@ TEST(KvctlHandoffTest, PrefillHereDecodeThereThroughKvctl) {
   args[8] = StrCat("127.0.0.1:", node_test::FreeLoopbackPort());
   r = RunKvctl(args);
   EXPECT_EQ(r.exit_code, 1) << r.out;
-  EXPECT_NE(r.err.find("kvctl: "), std::string::npos) << r.err;
+  // It says that the prefill node could not reach the decode node (kvctl reached the prefill node).
+  EXPECT_NE(r.err.find(StrCat("kvctl: node prefill-1 handing off to decode-1 at ", args[8], ": ")),
+            std::string::npos)
+      << r.err;
   // No --to-node-id: a usage error.
   r = RunKvctl({"handoff", "--node", (*prefill)->tcp_address(), "--to", (*decode)->tcp_address(),
                 "--tokens", tokens});

@@ -1,9 +1,12 @@
 // Prefill -> decode handoff (node/handoff.h) between nodes on loopback, UCX over tcp/lo:
 //   - every block of a prompt computed on the prefill node A is handed to the decode node B (which
-//     did not list A: it learns A's address from the request); B's Admit of the same prompt then
-//     hits them all in its pool and the synthetic engine's dense-reference checks pass on them;
+//     did not list A: it learns A's address from the request, as a contact, not a member); B's
+//     Admit of the same prompt then hits them all in its pool and the synthetic engine's
+//     dense-reference checks pass on them;
 //   - the same with A in HND and B in NHD (and back): converted on receipt, checks passing on B;
 //   - blocks B already holds are not moved; only the rest are;
+//   - a handoff request with a member's wrong address, a wrong node id, this node's own id or no
+//     address for a node outside the membership is refused and never changes the member list;
 //   - kvnode processes, HND prefill and NHD decode: a client asks the prefill node to hand off
 //     (HandOffTo), decode on the other node checked step by step; a second handoff moves nothing;
 //   - a converting handoff from a holder that corrupts a bundle or sends another block's: nothing
@@ -81,7 +84,12 @@ void ExpectEveryBlockHandedOff(const std::string& from, const std::string& to,
   EXPECT_EQ(r->held_blocks, 7);
   EXPECT_EQ(PinnedBlocks(*a), 0);  // unpinned after the acknowledgement
   EXPECT_EQ(PinnedBlocks(*b), 0);
-  EXPECT_NE(b->peers()->Find("node-a"), nullptr);
+  // B reaches A back at the address A gave, as a contact: its member list stays as it was.
+  ASSERT_NE(b->peers()->Resolve("node-a"), nullptr);
+  EXPECT_EQ(b->peers()->Resolve("node-a")->control_address, a->tcp_address());
+  EXPECT_EQ(b->peers()->Find("node-a"), nullptr);
+  EXPECT_EQ(b->peers()->stats().members, 0);
+  EXPECT_EQ(b->peers()->stats().joined, 0);
   EXPECT_EQ(b->handoff_receiver()->stats().moved_blocks, 7);
   const auto pools = static_cast<std::int64_t>(b->pools().pools().size());
   EXPECT_EQ(b->handoff_receiver()->stats().converted_blocks, from == to ? 0 : 7 * pools);
@@ -182,6 +190,80 @@ TEST(HandoffTest, OnlyTheBlocksTheDecodeNodeLacksMove) {
   EXPECT_EQ(decode.check_failures, 0) << decode.first_error;
   EXPECT_EQ(decode.pool_hit_blocks, 7);
   EXPECT_EQ(decode.remote_hit_blocks, 0);
+  b->Shutdown();
+  a->Shutdown();
+}
+
+// HandOffTo as an operator or a router sends it, with mistakes: it never changes the prefill node's
+// member list. A member named with another address is refused (the member's address stands); a
+// wrong node id at a member's address fails on the decode node's id and adds no member; the node
+// itself is refused; a node that is no member needs its address. A member named without an address
+// is reached where membership says. Each failure says which handoff failed.
+TEST(HandoffTest, AHandoffRequestNeverChangesTheMemberList) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a");
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto requests = Prompt(5000, 4);
+  ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
+  a->peers()->Upsert({.node_id = "node-b", .control_address = b->tcp_address()});  // membership
+  NodeClientOptions o;
+  o.address = a->unix_socket();
+  o.secret = kTestSecret;
+  auto client = NodeClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<Token> tokens = TraceTokens(requests[0], kBlockTokens);
+  const auto members_unchanged = [&] {
+    const PeerTableStats st = a->peers()->stats();
+    EXPECT_EQ(st.members, 1);
+    EXPECT_EQ(st.joined, 1);
+    EXPECT_EQ(st.left, 0);
+    EXPECT_EQ(st.rejoined, 0);
+    ASSERT_NE(a->peers()->Find("node-b"), nullptr);
+    EXPECT_EQ(a->peers()->Find("node-b")->control_address, b->tcp_address());
+  };
+
+  const std::string elsewhere = "127.0.0.1:" + std::to_string(node_test::FreeLoopbackPort());
+  Result<rpc::HandoffResponse> moved = (*client)->HandOffTo("node-b", elsewhere, tokens);
+  ASSERT_FALSE(moved.ok());
+  EXPECT_EQ(moved.status().code(), StatusCode::kInvalidArgument) << moved.status();
+  EXPECT_NE(
+      moved.status().message().find("is a member of this node's cluster at " + b->tcp_address()),
+      std::string::npos)
+      << moved.status();
+  members_unchanged();
+
+  Result<rpc::HandoffResponse> wrong_id = (*client)->HandOffTo("zz", b->tcp_address(), tokens);
+  ASSERT_FALSE(wrong_id.ok());
+  EXPECT_NE(
+      wrong_id.status().message().find("node node-a handing off to zz at " + b->tcp_address()),
+      std::string::npos)
+      << wrong_id.status();
+  EXPECT_EQ(a->peers()->Find("zz"), nullptr);
+  members_unchanged();
+
+  Result<rpc::HandoffResponse> self = (*client)->HandOffTo("node-a", a->tcp_address(), tokens);
+  ASSERT_FALSE(self.ok());
+  EXPECT_EQ(self.status().code(), StatusCode::kInvalidArgument) << self.status();
+  EXPECT_NE(self.status().message().find("this node itself"), std::string::npos) << self.status();
+
+  Result<rpc::HandoffResponse> unknown = (*client)->HandOffTo("node-c", "", tokens);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound) << unknown.status();
+  EXPECT_NE(unknown.status().message().find("give its address"), std::string::npos)
+      << unknown.status();
+  members_unchanged();
+
+  Result<rpc::HandoffResponse> r = (*client)->HandOffTo("node-b", "", tokens);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->wanted_blocks(), 3);
+  EXPECT_EQ(r->held_blocks(), 3);
+  Result<rpc::HandoffResponse> again = (*client)->HandOffTo("node-b", b->tcp_address(), tokens);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->had_blocks(), 3);
+  members_unchanged();
+  client->reset();
   b->Shutdown();
   a->Shutdown();
 }

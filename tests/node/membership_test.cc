@@ -122,6 +122,49 @@ TEST(PeerTableTest, CountsJoinsLeavesAndRejoins) {
   EXPECT_EQ(st.health.kind, "none");  // until a membership reports
 }
 
+// Contacts (handoff peers outside the membership) are reachable through Resolve only: no member,
+// no count, no listener call; a member of the same id wins; at most kMaxContacts, the oldest goes.
+TEST(PeerTableTest, ContactsAreNoMembers) {
+  PeerTable t("self");
+  int notified = 0;
+  t.Subscribe([&](const std::vector<PeerInfo>&) { ++notified; });
+  t.SetContact("decode-1", "127.0.0.1:9001");
+  t.SetContact("self", "127.0.0.1:9002");  // this node: ignored
+  EXPECT_EQ(t.Find("decode-1"), nullptr);
+  ASSERT_NE(t.Resolve("decode-1"), nullptr);
+  EXPECT_EQ(t.Resolve("decode-1")->control_address, "127.0.0.1:9001");
+  EXPECT_EQ(t.Resolve("self"), nullptr);
+  EXPECT_TRUE(t.Snapshot().empty());
+  EXPECT_EQ(t.stats().members, 0);
+  EXPECT_EQ(t.stats().joined, 0);
+  EXPECT_EQ(notified, 0);
+  t.SetContact("decode-1", "127.0.0.1:9003");  // moved
+  EXPECT_EQ(t.Resolve("decode-1")->control_address, "127.0.0.1:9003");
+  EXPECT_EQ(t.contacts(), 1u);
+  // A member of that id is what Resolve gives, and a contact never moves it.
+  PeerInfo m = Self("decode-1");
+  m.control_address = "127.0.0.1:7000";
+  t.Upsert(m);
+  EXPECT_EQ(notified, 1);
+  t.SetContact("decode-1", "127.0.0.1:9004");
+  EXPECT_EQ(t.Resolve("decode-1")->control_address, "127.0.0.1:7000");
+  EXPECT_EQ(t.Find("decode-1")->control_address, "127.0.0.1:7000");
+  EXPECT_EQ(notified, 1);
+  // Bounded: the contact set longest ago goes first.
+  for (std::size_t i = 0; i < PeerTable::kMaxContacts; ++i) {
+    t.SetContact("n" + std::to_string(i), "127.0.0.1:1");
+  }
+  EXPECT_EQ(t.contacts(), PeerTable::kMaxContacts);
+  EXPECT_NE(t.Resolve("n1"), nullptr);
+  t.SetContact("n0", "127.0.0.1:2");  // moved: now the newest
+  t.SetContact("late", "127.0.0.1:3");
+  EXPECT_EQ(t.contacts(), PeerTable::kMaxContacts);
+  EXPECT_NE(t.Resolve("n0"), nullptr);
+  EXPECT_EQ(t.Resolve("n1"), nullptr);  // set longest ago now that n0 moved
+  EXPECT_NE(t.Resolve("late"), nullptr);
+  EXPECT_EQ(t.stats().members, 1);
+}
+
 class EtcdMembershipTest : public ::testing::Test {
  protected:
   void SetUp() override {
