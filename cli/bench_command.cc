@@ -1,7 +1,10 @@
 // kvctl bench: a short control-plane load run against a running node — N connections sending
 // Lookups (a cached prompt and a missing one) and Status calls, optionally admissions, for a fixed
 // time — with requests per second, latency percentiles per request kind and errors
-// (node/control_load.h; docs/kvctl.md). --json: kvmesh.bench/1. Exit 1 when a request failed.
+// (node/control_load.h; docs/kvctl.md). It writes: the looked-up cached prompt is admitted and
+// stored once before the run, at priority 0. A node that closes the connections (stops, dies) ends
+// the run early: the rate is over the time it answered. --json: kvmesh.bench/1. Exit 1 when a
+// request failed.
 #include <cstdio>
 #include <memory>
 
@@ -75,11 +78,18 @@ Status Run(const BenchOptions& o) {
                                      {"errors", r.errors},
                                      {"errors_by_code", r.errors_by_code},
                                      {"first_error", r.first_error},
+                                     {"clients_lost", r.clients_lost},
                                      {"ops", ops}});
   } else {
     std::printf("bench       %d clients for %.2f s: %lld requests (%.0f per second), %lld errors\n",
                 o.clients, r.seconds, static_cast<long long>(r.requests), r.ops_per_s(),
                 static_cast<long long>(r.errors));
+    if (r.clients_lost > 0) {
+      std::printf(
+          "lost        the node closed %d of the %d connections; the run stopped after %.2f s of "
+          "the %.2f s asked for, and the rate counts only those\n",
+          r.clients_lost, o.clients, r.seconds, o.duration_s);
+    }
     std::printf("prompt      %lld tokens, %lld of them cached on the node\n\n",
                 static_cast<long long>(o.prompt_tokens), static_cast<long long>(r.cached_tokens));
     Table t({"REQUEST", "COUNT", "ERRORS", "P50", "P90", "P99"},
@@ -110,9 +120,12 @@ void RegisterBenchCommand(CLI::App& app, CommandOutcome& outcome) {
   AddNodeConnectionFlags(cmd, &o->node);
   cmd->add_option("--clients", o->clients, "connections, one thread each")->capture_default_str();
   cmd->add_option("--duration", o->duration_s, "seconds")->capture_default_str();
-  cmd->add_option("--prompt-tokens", o->prompt_tokens, "tokens of the looked-up prompts")
+  cmd->add_option("--prompt-tokens", o->prompt_tokens,
+                  "tokens of the looked-up prompts; the cached one is written to the node once "
+                  "before the run, at priority 0 (the first to be evicted)")
       ->capture_default_str();
-  cmd->add_flag("--admit", o->admit, "also admit and release a short prompt per client (writes)");
+  cmd->add_flag("--admit", o->admit,
+                "also admit and release a short prompt per client (more writes, during the run)");
   cmd->add_flag("--json", o->json, "print kvmesh.bench/1 JSON");
   cmd->add_flag("--progress", o->progress, "progress on stderr even when not a terminal");
   cmd->add_flag("--no-progress", o->no_progress, "no progress line");

@@ -18,6 +18,8 @@ struct ClientResult {
   std::vector<ControlLoadOp> ops;
   std::map<std::string, std::int64_t> errors_by_code;
   std::string first_error;
+  bool lost = false;             // the node closed the connection
+  Steady::time_point stopped{};  // when the client sent its last request
 };
 
 }  // namespace
@@ -53,7 +55,9 @@ Result<ControlLoadResult> RunControlLoad(const ControlLoadOptions& o) {
     NodeClientOptions co = o.client;
     co.client_name = "control-load-warmup";
     KVMESH_ASSIGN_OR_RETURN(std::unique_ptr<NodeClient> warm, NodeClient::Connect(co));
-    KVMESH_RETURN_IF_ERROR(warm->Admit(1, hit).status().WithContext("warm-up admit"));
+    SequenceOptions lowest;  // the first to go once the run is over
+    lowest.retention.push_back({0, o.prompt_tokens, kMinPriority, std::nullopt});
+    KVMESH_RETURN_IF_ERROR(warm->Admit(1, hit, lowest).status().WithContext("warm-up admit"));
     KVMESH_RETURN_IF_ERROR(warm->StoreFullBlocks(1).status());
     KVMESH_RETURN_IF_ERROR(warm->Release(1));
     KVMESH_ASSIGN_OR_RETURN(const rpc::LookupResponse l, warm->Lookup(hit));
@@ -70,6 +74,7 @@ Result<ControlLoadResult> RunControlLoad(const ControlLoadOptions& o) {
   if (o.admit_release) names.emplace_back("admit_release");
   std::vector<ClientResult> per(clients.size());
   std::atomic<std::int64_t> done{0};
+  std::atomic<int> running{static_cast<int>(clients.size())};
   const Steady::time_point start = Steady::now();
   const Steady::time_point end = start + o.duration;
   std::vector<std::thread> threads;
@@ -114,19 +119,29 @@ Result<ControlLoadResult> RunControlLoad(const ControlLoadOptions& o) {
         ++r.ops[op].errors;
         ++r.errors_by_code[std::string(StatusCodeName(st.code()))];
         if (r.first_error.empty()) r.first_error = StrCat(names[op], ": ", st.ToString());
-        if (!c.connected()) break;  // the node closed this connection
+        if (!c.connected()) {  // the node closed this connection
+          r.lost = true;
+          break;
+        }
       }
+      r.stopped = Steady::now();
+      running.fetch_sub(1, std::memory_order_release);
     });
   }
   if (o.progress) {
-    while (Steady::now() < end) {
+    while (Steady::now() < end && running.load(std::memory_order_acquire) > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       o.progress(std::chrono::duration_cast<std::chrono::milliseconds>(Steady::now() - start),
                  done.load());
     }
   }
   for (auto& t : threads) t.join();
-  result.seconds = std::chrono::duration<double>(Steady::now() - start).count();
+  Steady::time_point last = start;
+  for (const ClientResult& r : per) {
+    last = std::max(last, r.stopped);
+    result.clients_lost += r.lost ? 1 : 0;
+  }
+  result.seconds = std::chrono::duration<double>(last - start).count();
   for (const std::string& n : names) result.ops.push_back({n, {}, 0});
   for (const ClientResult& r : per) {
     for (std::size_t k = 0; k < r.ops.size(); ++k) {

@@ -2,14 +2,19 @@
 // one request after the other for `duration` — for `kvctl bench` and bench/node_control_bench.
 //
 // Each client runs the mix below in turn, so every kind of request is measured under the same
-// load: Lookup of a cached prompt of prompt_tokens tokens (admitted and stored once before the
-// run by one warm-up connection), Lookup of a prompt that misses, and Status. With
+// load: Lookup of a cached prompt of prompt_tokens tokens, Lookup of a prompt that misses, and
+// Status. The cached prompt is written once before the run by one warm-up connection (admitted
+// and stored at priority 0, so that it is the first to be evicted afterwards, and below the default
+// offload_min_priority, so that no tier takes a copy: on a live node it displaces as little of the
+// real cache as it can). With
 // admit_release, each client also admits and releases its own prompt (the engine path; blocks
 // are allocated and freed). Latency is per request, from send to response, in the client.
 // With rate_per_client, each client sends on a schedule instead of back to back: a load of a
 // known rate, under which latency is the node's and not the queue of a saturated run.
 // A request the node refuses (kResourceExhausted over the in-flight limits, a deadline) counts as
-// an error with its code; the run goes on.
+// an error with its code; the run goes on. A client whose connection the node closed (it stopped
+// or died) stops there; the run ends early once every client stopped, and `seconds` is the time
+// until the last one did, so that the rate counts only the time the node was answering.
 //
 // Thread safety: RunControlLoad may be called from any thread; it blocks for `duration`.
 #pragma once
@@ -53,6 +58,7 @@ struct ControlLoadResult {
   std::vector<ControlLoadOp> ops;
   std::int64_t cached_tokens = 0;  // of the hit prompt, as the warm-up Lookup saw it
   std::string first_error;
+  int clients_lost = 0;  // clients whose connection the node closed before the end
 
   [[nodiscard]] double ops_per_s() const {
     return seconds > 0 ? static_cast<double>(requests) / seconds : 0;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -299,10 +300,32 @@ TEST_F(KvctlLiveTest, BenchRunsAShortLoadWithoutErrors) {
   EXPECT_GT(j["requests"].get<std::int64_t>(), 10);
   EXPECT_EQ(j["cached_tokens"], 256);  // the full blocks (the last token is always recomputed)
   EXPECT_EQ(j["ops"].size(), 3u);
+  EXPECT_EQ(j["clients_lost"], 0);
+  // The prompt it wrote is at priority 0: the first to go.
+  EXPECT_EQ(RunJson({"evict", "--below-priority", "1", "--dry-run"})["evicted"], 256 / kT);
   const RunResult t =
       Run({"bench", "--clients", "2", "--duration", "0.3", "--prompt-tokens", "1024"});
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_THAT(t.out, HasSubstr("lookup_hit"));
+}
+
+// A node that dies under the load ends the run (not at --duration) and the rate counts only the
+// time it answered; the failure is an error (exit 1) that says what happened.
+TEST_F(KvctlLiveTest, BenchStopsWhenTheNodeDies) {
+  RunResult r;
+  std::thread bench([&] {
+    r = Run({"bench", "--clients", "2", "--duration", "60", "--prompt-tokens", "64", "--json"});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  node_->process().Signal(SIGKILL);
+  bench.join();  // a bench that ran on would hold the test for 60 s: the ctest timeout says so
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("peer_unreachable")) << r.err;  // closed, or reset
+  const Json j = Json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  EXPECT_EQ(j["clients_lost"], 2);
+  EXPECT_LT(j["seconds"].get<double>(), 30.0);
+  EXPECT_GT(j["requests"].get<std::int64_t>(), 0);
 }
 
 TEST_F(KvctlLiveTest, ReplayLiveRunsTheSyntheticEngineAgainstTheNode) {
