@@ -66,7 +66,7 @@ Status ControlServer::Impl::Bind() {
   }
   if (!options.tcp_listen.empty()) {
     KVMESH_ASSIGN_OR_RETURN(const asio::ip::tcp::endpoint ep,
-                            ParseTcpEndpoint("tcp_listen", options.tcp_listen));
+                            ParseTcpEndpoint("control.tcp_listen", options.tcp_listen));
     error_code ec;
     tcp_acceptor.emplace(io);
     tcp_acceptor->open(Proto(ep.protocol().family(), IPPROTO_TCP), ec);
@@ -75,7 +75,7 @@ Status ControlServer::Impl::Bind() {
     if (!ec) tcp_acceptor->listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
       tcp_acceptor.reset();
-      return ListenError("tcp_listen", options.tcp_listen, ec);
+      return ListenError("control.tcp_listen", options.tcp_listen, ec);
     }
     const Proto::endpoint bound = tcp_acceptor->local_endpoint();
     asio::ip::tcp::endpoint tcp_ep;

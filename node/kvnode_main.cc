@@ -36,6 +36,7 @@
 #include "node/logging.h"
 #include "node/node.h"
 #include "node/node_config.h"
+#include "node/secret.h"
 
 namespace {
 
@@ -89,6 +90,16 @@ int main(int argc, char** argv) {
     if (!valid.ok()) {
       std::fprintf(stderr, "kvnode: %s\n", valid.message().c_str());
       return 2;
+    }
+    // A secret file is checked as a start would read it (exit codes as the start's). A secret
+    // from the environment is not: the check's environment is not the service's.
+    const kvmesh::ControlSection& control = checked->control;
+    if (!control.secret_file.empty() && control.secret.empty() && control.secret_env.empty()) {
+      auto secret = kvmesh::LoadSecret({"", "", control.secret_file});
+      if (!secret.ok()) {
+        std::fprintf(stderr, "kvnode: %s\n", secret.status().message().c_str());
+        return secret.status().code() == kvmesh::StatusCode::kInvalidArgument ? 2 : 1;
+      }
     }
     return 0;
   }

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/strings.h"
 #include "node/node.h"
 #include "pool/primary_memory.h"
 #include "tests/node/node_config_test_util.h"
@@ -98,9 +99,9 @@ TEST(KvnodeLifecycleTest, RefusesToStartWithOneClearLine) {
   RunOutput port = StartExpectingFailure(dir, "port", port_cfg);
   ::close(listener);
   EXPECT_EQ(port.status.code, 1);
-  EXPECT_THAT(port.err, HasSubstr("tcp_listen 127.0.0.1:"));
+  EXPECT_THAT(port.err, HasSubstr("control.tcp_listen 127.0.0.1:"));  // the key as written
   EXPECT_THAT(port.err, HasSubstr("in use"));
-  EXPECT_THAT(port.err, HasSubstr("give each node its own tcp_listen"));
+  EXPECT_THAT(port.err, HasSubstr("give each node its own control.tcp_listen"));
   // A CUDA device this process does not see (on a machine without a GPU: cuda:0).
   const int devices = CudaDeviceCount();
   std::string gpu_cfg = TestConfig(dir.path() / "gpu");
@@ -111,8 +112,42 @@ TEST(KvnodeLifecycleTest, RefusesToStartWithOneClearLine) {
   EXPECT_THAT(gpu.err, HasSubstr("device cuda:" + std::to_string(devices) + ": needs CUDA device " +
                                  std::to_string(devices) + "; this process sees " +
                                  std::to_string(devices)));
+  // The secret: none configured, or too short, is the config's fault (exit 2, no restart under
+  // systemd); a secret file that cannot be read may be a mount not there yet (exit 1). The same
+  // from --check-config, which reads a secret file as the start would.
+  const std::string inline_secret = StrCat("  secret: ", node_test::kTestSecret, "\n");
+  const auto with_secret = [&](const std::string& name, const std::string& lines) {
+    std::filesystem::create_directories(dir.path() / name);
+    std::string cfg = TestConfig(dir.path() / name);
+    cfg.replace(cfg.find(inline_secret), inline_secret.size(), lines);
+    return cfg;
+  };
+  { std::ofstream(dir.path() / "short-secret") << "12345\n"; }
+  const std::string missing_file =
+      with_secret("nofile", StrCat("  secret_file: ", (dir.path() / "nosuch").string(), "\n"));
+  const std::string short_file = with_secret(
+      "shortfile", StrCat("  secret_file: ", (dir.path() / "short-secret").string(), "\n"));
+  const std::string no_env = with_secret("noenv", "  secret_env: KVMESH_TEST_UNSET_SECRET\n");
+  RunOutput nofile = StartExpectingFailure(dir, "nofile", missing_file);
+  EXPECT_EQ(nofile.status.code, 1) << nofile.err;
+  EXPECT_THAT(nofile.err, HasSubstr("nosuch"));
+  RunOutput shortfile = StartExpectingFailure(dir, "shortfile", short_file);
+  EXPECT_EQ(shortfile.status.code, 2) << shortfile.err;
+  EXPECT_THAT(shortfile.err, HasSubstr("at least 16 are required"));
+  RunOutput noenv = StartExpectingFailure(dir, "noenv", no_env);
+  EXPECT_EQ(noenv.status.code, 2) << noenv.err;
+  EXPECT_THAT(noenv.err, HasSubstr("KVMESH_TEST_UNSET_SECRET"));
+  const auto check = [&](const std::string& name, const std::string& yaml) {
+    const auto config = dir.path() / (name + "-check.yaml");
+    { std::ofstream(config) << yaml; }
+    return RunToCompletion(KvnodePath(), {"--check-config", config.string()},
+                           dir.path() / (name + "-check"), std::chrono::seconds(30));
+  };
+  EXPECT_EQ(check("nofile", missing_file).status.code, 1);
+  EXPECT_EQ(check("shortfile", short_file).status.code, 2);
+  EXPECT_EQ(check("noenv", no_env).status.code, 0);  // the service's environment is not ours
   // Each refusal is one line.
-  for (const RunOutput* r : {&held, &sock, &port, &gpu}) {
+  for (const RunOutput* r : {&held, &sock, &port, &gpu, &nofile, &shortfile, &noenv}) {
     EXPECT_EQ(std::count(r->err.begin(), r->err.end(), '\n'), 1) << r->err;
   }
 }
