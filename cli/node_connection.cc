@@ -117,10 +117,19 @@ Result<NodeTarget> ResolveNodeTarget(const NodeConnectionFlags& flags) {
     KVMESH_RETURN_IF_ERROR(ReadConfig(path, &file));
     t.config_file = path;
   }
-  t.address = !flags.address.empty()        ? flags.address
-              : !Env("KVMESH_NODE").empty() ? Env("KVMESH_NODE")
-              : !file.node.empty()          ? file.node
-                                            : kDefaultAddress;
+  if (!flags.address.empty()) {
+    t.address = flags.address;
+    t.address_origin = "--node";
+  } else if (!Env("KVMESH_NODE").empty()) {
+    t.address = Env("KVMESH_NODE");
+    t.address_origin = "KVMESH_NODE";
+  } else if (!file.node.empty()) {
+    t.address = file.node;
+    t.address_origin = StrCat("node: in ", path);
+  } else {
+    t.address = kDefaultAddress;
+    t.address_origin = "the default";
+  }
   if (HasSecret(flags.secret)) {
     t.secret = flags.secret;
     t.origin = "flags";
@@ -159,10 +168,20 @@ Result<std::unique_ptr<NodeClient>> ConnectToNode(const NodeTarget& t,
     return Status::PermissionDenied(StrCat("the node at ", t.address, " refused the secret from ",
                                            secret->origin, ": ", st.message()));
   }
+  const std::string from =
+      t.address_origin.empty() ? "" : StrCat("the address from ", t.address_origin, "; ");
+  // Connected, then no Hello in time (node/client.cc): not kvnode, or a stalled one.
+  if (st.code() == StatusCode::kTimedOut &&
+      st.message().starts_with("waiting for the node's Hello")) {
+    return Status::PeerUnreachable(StrCat(
+        st.message(), " (", from, "something at ", t.address,
+        " took the connection but did not answer as kvnode: is it the node's control.tcp_listen "
+        "or Unix socket, and not another port such as its metrics.listen? is the node stalled?)"));
+  }
   if (st.code() == StatusCode::kPeerUnreachable || st.code() == StatusCode::kTimedOut) {
     return Status::PeerUnreachable(
-        StrCat(st.message(),
-               " (is kvnode running? give --node, KVMESH_NODE or node: in the kvctl config)"));
+        StrCat(st.message(), " (", from,
+               "is kvnode running? give --node, KVMESH_NODE or node: in the kvctl config)"));
   }
   return st;
 }

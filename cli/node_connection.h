@@ -21,9 +21,11 @@
 // A config file named by --config or $KVMESH_KVCTL_CONFIG must exist; an unknown key or a bad
 // value is an error naming the file, the line and the key.
 //
-// Errors name what to fix: kPeerUnreachable "cannot reach the node at 127.0.0.1:7420: Connection
-// refused (is kvnode running? give --node, KVMESH_NODE or node: in the kvctl config)",
-// kPermissionDenied "the node at ... refused the secret from ...".
+// Errors name what to fix and where the address came from: kPeerUnreachable "cannot connect to
+// 127.0.0.1:7420: Connection refused (the address from KVMESH_NODE; is kvnode running? give
+// --node, KVMESH_NODE or node: in the kvctl config)"; kTimedOut when something accepted the
+// connection but did not answer as kvnode (another service's port); kPermissionDenied "the node at
+// ... refused the secret from ...".
 //
 // Not thread-safe (kvctl runs one command per process).
 #pragma once
@@ -48,6 +50,8 @@ struct NodeConnectionFlags {
 // Where the settings resolved to.
 struct NodeTarget {
   std::string address;
+  // Where the address came from: "--node", "KVMESH_NODE", "node: in FILE" or "the default".
+  std::string address_origin;
   SecretSource secret;  // what to load (empty: $KVMESH_SECRET)
   std::string origin;   // of the secret settings: "flags", "environment", "config FILE"
   int timeout_ms = 10000;

@@ -416,6 +416,18 @@ TEST_F(KvctlLiveTest, AddressAndSecretFromTheEnvironmentOrAKvctlConfigFile) {
   r = RunKvctl({"pools"}, {"KVMESH_KVCTL_CONFIG=" + config, "KVMESH_NODE=127.0.0.1:1"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("127.0.0.1:1"));
+  EXPECT_THAT(r.err, HasSubstr("the address from KVMESH_NODE"));  // where it came from
+  const std::string unreachable_config = (dir_.path() / "unreachable.yaml").string();
+  { std::ofstream(unreachable_config) << "node: 127.0.0.1:1\nsecret_file: secret\n"; }
+  r = RunKvctl({"pools", "--config", unreachable_config});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("the address from node: in " + unreachable_config)) << r.err;
+  // Something that takes the connection but is not kvnode (here its metrics endpoint): said so.
+  r = RunKvctl({"pools", "--node", node_->metrics_address(), "--timeout-ms", "500", "--secret",
+                node_test::kTestSecret});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("did not answer as kvnode")) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the address from --node")) << r.err;
   r = RunKvctl({"pools", "--node", node_->tcp_address()},
                {"KVMESH_KVCTL_CONFIG=" + config, "KVMESH_NODE=127.0.0.1:1"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
