@@ -83,8 +83,10 @@ class Printer {
 };
 
 Status Retained(NodeClient& c, const EventsOptions& o, Printer& p) {
-  std::int64_t left = o.count > 0 ? o.count : 100;
+  const std::int64_t limit = o.count > 0 ? o.count : 100;
+  std::int64_t left = limit;
   std::uint64_t from = o.from == 0 ? 1 : o.from;
+  std::uint64_t first = 0, last = 0;
   while (left > 0) {
     KVMESH_ASSIGN_OR_RETURN(
         const KvEventBatch batch,
@@ -92,10 +94,23 @@ Status Retained(NodeClient& c, const EventsOptions& o, Printer& p) {
     if (batch.lost && o.from != 0) p.Lost(*batch.lost);  // from 0: the oldest retained, no gap
     for (const KvEvent& e : batch.events) {
       p.Event(e);
+      if (first == 0) first = e.seq;
+      last = e.seq;
       if (--left == 0) break;
     }
     if (batch.events.empty()) break;
     from = batch.next_seq;
+  }
+  // The table stopped at the count with newer events retained: say so, and how to see them.
+  if (!o.json && left == 0) {
+    KVMESH_ASSIGN_OR_RETURN(const KvEventBatch more, c.PollEvents(last + 1, 1));
+    if (!more.events.empty()) {
+      std::fprintf(stderr,
+                   "events %llu..%llu shown (%lld, the count); newer ones are retained: --from "
+                   "%llu for the next, -n for more, --follow for new ones\n",
+                   static_cast<unsigned long long>(first), static_cast<unsigned long long>(last),
+                   static_cast<long long>(limit), static_cast<unsigned long long>(last + 1));
+    }
   }
   return Status::Ok();
 }

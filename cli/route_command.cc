@@ -48,9 +48,16 @@ Status Run(const RouteOptions& o) {
     PrintDocument("kvmesh.route/1", ProtoToJson(r));
     return Status::Ok();
   }
-  std::printf("prompt %lld tokens, %lld full blocks of %d; %d members in view\n",
-              static_cast<long long>(r.prompt_tokens()), static_cast<long long>(r.full_blocks()),
-              r.tokens_per_block(), r.members());
+  // A prompt that ends on a block boundary: its last block holds the last token, which is always
+  // recomputed, so that block is not counted.
+  const bool last_block_recomputed =
+      r.tokens_per_block() > 0 && r.prompt_tokens() == (r.full_blocks() + 1) * r.tokens_per_block();
+  std::printf(
+      "prompt %lld tokens, %lld full blocks of %d%s; %d members in view\n",
+      static_cast<long long>(r.prompt_tokens()), static_cast<long long>(r.full_blocks()),
+      r.tokens_per_block(),
+      last_block_recomputed ? " (not the last: it ends on the last token, always recomputed)" : "",
+      r.members());
   std::vector<std::string> headers{"node", "prefix", "pool", "host", "disk"};
   if (o.explain) headers.emplace_back("why");
   Table table(headers, {false, true, true, true, true, false});

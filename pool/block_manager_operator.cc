@@ -169,8 +169,11 @@ Result<ContentId> BlockManager::ResolveContentIdPrefix(std::string_view hex) con
     ++matches;
     found = node.content_id;
   }
-  if (matches == 0)
-    return Status::NotFound(StrCat("no cached block's content id starts with ", hex));
+  if (matches == 0) {
+    return Status::NotFound(
+        StrCat("no cached block's content id starts with ", hex,
+               " (only the pool's blocks are looked up: one evicted, even into a tier, is not)"));
+  }
   if (matches > 1) {
     return Status::InvalidArgument(StrCat(matches, " cached blocks have content ids starting with ",
                                           hex, ": give more digits"));

@@ -18,6 +18,7 @@ namespace kvmesh::cli_test {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Json = nlohmann::json;
 using node_test::KvnodeProcess;
 using node_test::TestConfig;
@@ -218,6 +219,12 @@ TEST_F(KvctlLiveTest, EventsPrintsRetainedAndFollowsNewOnes) {
   const RunResult t = Run({"events", "--count", "3"});
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_THAT(t.out, HasSubstr("stored"));
+  // More are retained than the count shows: it says so, and how to see the next.
+  EXPECT_THAT(t.err, HasSubstr("events 1..3 shown (3, the count); newer ones are retained: --from "
+                               "4 for the next"));
+  const RunResult rest = Run({"events", "--from", "4", "--count", "1000"});
+  ASSERT_EQ(rest.exit_code, 0) << rest.err;
+  EXPECT_THAT(rest.err, Not(HasSubstr("newer ones are retained")));
   // --follow: only what happens after the start; a run in another thread makes 3 new blocks.
   std::thread writer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(800));

@@ -87,6 +87,15 @@ TEST(KvctlRouteTest, TableExplainAndJsonFromTheOtherNode) {
   EXPECT_NE(r.out.find("6 of 6 full blocks from the start; longest prefix"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("route to: a"), std::string::npos) << r.out;
+  // A prompt that ends on a block boundary: its last block is not counted, and it says why.
+  args = {"route", std::string(96, 'x')};
+  args.insert(args.end(), node.begin(), node.end());
+  r = RunKvctl(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("prompt 96 tokens, 5 full blocks of 16 (not the last: it ends on the last "
+                       "token, always recomputed); 2 members in view"),
+            std::string::npos)
+      << r.out;
 
   // kvctl status of B shows the cluster: static membership, both members, B's directory shard.
   args = {"status"};
