@@ -112,9 +112,35 @@ TEST_F(SystemdTest, TheUnitAndItsConfigAgreeAndSystemdAcceptsTheUnit) {
     }
   }
   const fs::path config_file = kRoot / "deploy/systemd/kvnode.yaml";
+  // --check-config reads the secret file as the start would: the installed config with its
+  // /etc/kvmesh/secret here in the test's folder (mode 0600, as the unit's comment asks).
+  std::string installed;
+  {
+    std::ifstream in(config_file);
+    std::stringstream all;
+    all << in.rdbuf();
+    installed = all.str();
+  }
+  const std::string etc_secret = "/etc/kvmesh/secret";
+  const fs::path here_secret = prefix_ / "secret";
+  { std::ofstream(here_secret) << "a-secret-of-more-than-16-bytes\n"; }
+  fs::permissions(here_secret, fs::perms::owner_read | fs::perms::owner_write);
+  for (std::size_t at = installed.find(etc_secret); at != std::string::npos;
+       at = installed.find(etc_secret, at + here_secret.string().size())) {
+    installed.replace(at, etc_secret.size(), here_secret.string());
+  }
+  const fs::path checked_file = prefix_ / "kvnode.yaml";
+  { std::ofstream(checked_file) << installed; }
   const auto [check_code, check] =
-      RunCommand(std::string(KVMESH_KVNODE_PATH) + " --check-config " + config_file.string());
+      RunCommand(std::string(KVMESH_KVNODE_PATH) + " --check-config " + checked_file.string());
   EXPECT_EQ(check_code, 0) << check;
+  // Without the secret file (a host not provisioned yet) the check fails as the start would:
+  // exit 1, which the unit restarts.
+  fs::remove(here_secret);
+  const auto [missing_code, missing] =
+      RunCommand(std::string(KVMESH_KVNODE_PATH) + " --check-config " + checked_file.string());
+  EXPECT_EQ(missing_code, 1) << missing;
+  EXPECT_NE(missing.find(here_secret.string()), std::string::npos) << missing;
 
   // The directories and the credential systemd makes are where the config looks.
   const YAML::Node config = YAML::LoadFile(config_file.string());
