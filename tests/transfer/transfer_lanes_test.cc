@@ -199,6 +199,68 @@ WorkerAddress LaneList(const std::vector<WorkerAddress>& lanes) {
   return out;
 }
 
+// Keeps one progress thread of `receiver` busy: a 64-byte grant there (from `sender_id`), sent by
+// `sender` (to `receiver_id`), whose on_slice waits until Release() — so that whatever else that
+// lane is asked to do waits behind it. Destroy it before the engines.
+class HeldLane {
+ public:
+  HeldLane() = default;
+  HeldLane(const HeldLane&) = delete;
+  HeldLane& operator=(const HeldLane&) = delete;
+  // Lets go and waits for the grant and the send, which use this object's memory.
+  ~HeldLane() {
+    Release();
+    if (grant_.ok()) grant_->Wait().IgnoreError();
+    if (send_.ok()) send_->Wait().IgnoreError();
+  }
+
+  // OK once the lane's thread is inside the on_slice (within 10 s).
+  Status Hold(TransferEngine& sender, PeerId receiver_id, TransferEngine& receiver,
+              PeerId sender_id) {
+    src_ = sender.RegisterRegion(source_.data(), kBytes).value();
+    dst_ = receiver.RegisterRegion(destination_.data(), kBytes).value();
+    const std::vector<Slice> slices = {{dst_, 0, kBytes}};
+    GrantRequest hold{sender_id, slices, SystemClock::Default()->Now() + std::chrono::seconds(30),
+                      nullptr};
+    hold.on_slice = [this](std::uint32_t) {
+      std::unique_lock<std::mutex> lock(mu_);
+      held_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return released_; });
+    };
+    grant_ = receiver.Grant(hold);
+    if (!grant_.ok()) return grant_.status();
+    const std::vector<Slice> sources = {{src_, 0, kBytes}};
+    send_ = sender.Send({receiver_id, grant_->id(), 0, sources, hold.deadline, nullptr});
+    if (!send_.ok()) return send_.status();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(10), [this] { return held_; })) {
+      return Status::TimedOut("the held lane never got its slice");
+    }
+    return Status::Ok();
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  TransferOp& grant() { return *grant_; }
+  TransferOp& send() { return *send_; }
+  RegionId source_region() const { return src_; }
+  RegionId destination_region() const { return dst_; }
+
+ private:
+  static constexpr std::size_t kBytes = 64;
+  AlignedBuffer source_ = MustAllocate(kBytes, std::byte{1});
+  AlignedBuffer destination_ = MustAllocate(kBytes, std::byte{0});
+  RegionId src_, dst_;
+  Result<TransferOp> grant_ = Status::Cancelled("not granted");
+  Result<TransferOp> send_ = Status::Cancelled("not sent");
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false, released_ = false;
+};
+
 // A DeregisterRegion under way on the lanes refuses a second one of the same region at once
 // (kFailedPrecondition), and the first then completes: the region goes from every lane once. The
 // first is kept under way by a lane of b whose progress thread waits in an on_slice of a grant in
@@ -208,43 +270,10 @@ TEST_P(TransferLanesTest, ASecondDeregistrationWhileOneIsUnderWayIsRefused) {
   if (!a || !b) GTEST_SKIP() << GetParam().name << " unavailable";
   ASSERT_TRUE(a->Connect(kB, b->address()).ok());
   ASSERT_TRUE(b->Connect(kA, a->address()).ok());
-  AlignedBuffer hold_source = MustAllocate(64, std::byte{1});
-  AlignedBuffer hold_destination = MustAllocate(64, std::byte{0});
   AlignedBuffer region = MustAllocate(kBlock, std::byte{0});
-  const RegionId hold_src = a->RegisterRegion(hold_source.data(), 64).value();
-  const RegionId hold_dst = b->RegisterRegion(hold_destination.data(), 64).value();
   const RegionId doomed = b->RegisterRegion(region.data(), region.size()).value();
-  std::mutex mu;
-  std::condition_variable cv;
-  bool held = false, release = false;
-  const std::vector<Slice> hold_slices = {{hold_dst, 0, 64}};
-  GrantRequest hold{kA, hold_slices, SystemClock::Default()->Now() + std::chrono::seconds(30),
-                    nullptr};
-  hold.on_slice = [&](std::uint32_t) {
-    std::unique_lock<std::mutex> lock(mu);
-    held = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return release; });
-  };
-  Result<TransferOp> hold_grant = b->Grant(hold);
-  ASSERT_TRUE(hold_grant.ok()) << hold_grant.status();
-  const std::vector<Slice> hold_sources = {{hold_src, 0, 64}};
-  Result<TransferOp> hold_send =
-      a->Send({kB, hold_grant->id(), 0, hold_sources, hold.deadline, nullptr});
-  ASSERT_TRUE(hold_send.ok()) << hold_send.status();
-  const auto let_go = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    release = true;
-    cv.notify_all();
-  };
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return held; })) {
-      lock.unlock();
-      let_go();
-      FAIL() << "b's lane never got the slice";
-    }
-  }
+  HeldLane lane;
+  ASSERT_TRUE(lane.Hold(*a, kB, *b, kA).ok());
   // Two calls race; neither can finish while the lane is held, so one is under way and the other
   // must be refused without waiting for it.
   std::mutex results_mu;
@@ -266,17 +295,17 @@ TEST_P(TransferLanesTest, ASecondDeregistrationWhileOneIsUnderWayIsRefused) {
         results_cv.wait_for(lock, std::chrono::seconds(10), [&] { return !results.empty(); });
     if (one) refused = results.front();
   }
-  let_go();
+  lane.Release();
   for (std::thread& t : callers) t.join();
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused;
   EXPECT_NE(refused.message().find("another call"), std::string::npos) << refused;
   EXPECT_TRUE(results.back().ok()) << results.back();
   EXPECT_EQ(b->DeregisterRegion(doomed).code(), StatusCode::kNotFound);
-  EXPECT_TRUE(hold_send->Wait().ok());
-  EXPECT_TRUE(hold_grant->Wait().ok());
-  EXPECT_TRUE(b->DeregisterRegion(hold_dst).ok());
-  EXPECT_TRUE(a->DeregisterRegion(hold_src).ok());
+  EXPECT_TRUE(lane.send().Wait().ok());
+  EXPECT_TRUE(lane.grant().Wait().ok());
+  EXPECT_TRUE(b->DeregisterRegion(lane.destination_region()).ok());
+  EXPECT_TRUE(a->DeregisterRegion(lane.source_region()).ok());
 }
 
 // A striped send whose part cannot be made on one lane (that lane's connection failed while the
@@ -299,41 +328,8 @@ TEST_P(TransferLanesTest, AStripedSendWithALaneThatCannotSendFailsWholeAndLeaves
   // The peer's lane 0 is kept busy: its progress thread waits in the on_slice of a grant of its own
   // until the end, so the part a's lane 0 makes stays in flight until a cancels it.
   ASSERT_TRUE(lanes[0]->Connect(kA, a->address()).ok());
-  AlignedBuffer hold_source = MustAllocate(64, std::byte{1});
-  AlignedBuffer hold_destination = MustAllocate(64, std::byte{0});
-  const RegionId hold_src = a->RegisterRegion(hold_source.data(), 64).value();
-  const RegionId hold_dst = lanes[0]->RegisterRegion(hold_destination.data(), 64).value();
-  std::mutex mu;
-  std::condition_variable cv;
-  bool held = false, release = false;
-  const std::vector<Slice> hold_slices = {{hold_dst, 0, 64}};
-  GrantRequest hold{kA, hold_slices, SystemClock::Default()->Now() + std::chrono::seconds(30),
-                    nullptr};
-  hold.on_slice = [&](std::uint32_t) {
-    std::unique_lock<std::mutex> lock(mu);
-    held = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return release; });
-  };
-  Result<TransferOp> hold_grant = lanes[0]->Grant(hold);
-  ASSERT_TRUE(hold_grant.ok()) << hold_grant.status();
-  const std::vector<Slice> hold_sources = {{hold_src, 0, 64}};
-  Result<TransferOp> hold_send =
-      a->Send({kB, hold_grant->id(), 0, hold_sources, hold.deadline, nullptr});
-  ASSERT_TRUE(hold_send.ok()) << hold_send.status();
-  const auto let_go = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    release = true;
-    cv.notify_all();
-  };
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return held; })) {
-      lock.unlock();
-      let_go();
-      FAIL() << "the peer's lane 0 never got its slice";
-    }
-  }
+  HeldLane lane0;
+  ASSERT_TRUE(lane0.Hold(*a, kB, *lanes[0], kA).ok());
   lanes[1].reset();  // the peer's lane 1 goes: a's lane 1 connection fails
   for (int i = 0; i < 500 && a->stats().peer_failures == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -358,9 +354,9 @@ TEST_P(TransferLanesTest, AStripedSendWithALaneThatCannotSendFailsWholeAndLeaves
   EXPECT_EQ(s.sends_started, 2u);
   EXPECT_EQ(s.sends_failed, 2u);
   EXPECT_EQ(s.sends_completed, 0u);
-  let_go();
-  EXPECT_FALSE(hold_send->Wait().ok());
-  EXPECT_TRUE(hold_grant->Wait().ok()) << "its one slice had arrived";
+  lane0.Release();
+  EXPECT_FALSE(lane0.send().Wait().ok());
+  EXPECT_TRUE(lane0.grant().Wait().ok()) << "its one slice had arrived";
 }
 
 TEST_P(TransferLanesTest, EnginesWithOtherLaneCountsWorkBothWays) {
