@@ -100,13 +100,16 @@ std::string GnuplotScript(const std::string& png, const std::vector<ReplayRun>& 
   return s.str();
 }
 
-// Runs `gnuplot script` (no shell). Its stdout goes nowhere, its stderr to ours.
-Status RunGnuplot(const std::string& script) {
+// Runs `gnuplot script` (no shell). Its stdout goes nowhere; its stderr (warnings such as an x
+// range of one capacity) is kept in `log` and shown only when it fails.
+Status RunGnuplot(const std::string& script, const std::string& log) {
   const char* env = std::getenv("KVMESH_GNUPLOT");
   const std::string gnuplot = (env != nullptr && *env != '\0') ? env : "gnuplot";
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
   std::string arg0 = gnuplot;
   std::string arg1 = script;
   char* argv[] = {arg0.data(), arg1.data(), nullptr};
@@ -122,7 +125,11 @@ Status RunGnuplot(const std::string& script) {
     if (errno != EINTR) return Status::IoError(StrCat("waitpid: ", std::strerror(errno)));
   }
   if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
-    return Status::IoError(StrCat(gnuplot, " failed on ", script));
+    std::ifstream in(log);
+    std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+    return Status::IoError(
+        StrCat(gnuplot, " failed on ", script, said.empty() ? "" : StrCat(": ", said)));
   }
   return Status::Ok();
 }
@@ -149,7 +156,10 @@ Result<SweepOutput> WriteSweep(const std::string& dir, const std::vector<ReplayR
     out.plot_note = "skipped (--no-plot)";
     return out;
   }
-  const std::string png = (fs::path(dir) / "replay_sweep.png").string();
+  // The script names its plot by an absolute path, so that `gnuplot replay_sweep.gp` redraws it
+  // from any folder (the data is in the script itself).
+  const fs::path abs_dir = fs::absolute(fs::path(dir), ec);
+  const std::string png = ((ec ? fs::path(dir) : abs_dir) / "replay_sweep.png").string();
   const std::string script = (fs::path(dir) / "replay_sweep.gp").string();
   {
     std::ofstream gp(script, std::ios::trunc);
@@ -158,7 +168,9 @@ Result<SweepOutput> WriteSweep(const std::string& dir, const std::vector<ReplayR
     if (!gp) return Status::IoError(StrCat("cannot write ", script));
   }
   fs::remove(png, ec);  // so that a stale plot is never reported as this one
-  Status plotted = RunGnuplot(script);
+  const std::string log = (fs::path(dir) / ".replay_sweep.gnuplot.log").string();
+  Status plotted = RunGnuplot(script, log);
+  fs::remove(log, ec);
   if (plotted.ok() && !fs::exists(png, ec)) {
     plotted = Status::IoError(StrCat("gnuplot wrote no ", png));
   }

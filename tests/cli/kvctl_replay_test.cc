@@ -239,6 +239,17 @@ TEST(KvctlReplayTest, SweepWritesCsvAndPng) {
   const std::string png = ReadFile(dir.Path("out/replay_sweep.png"));
   ASSERT_GT(png.size(), 1000u);
   EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  // A relative --out-dir and one finite capacity: gnuplot's warnings (an x range of one point)
+  // stay out of kvctl's output, and the script redraws its plot when run from its own folder.
+  const std::string rel = fs::relative(dir.Path("rel"), fs::current_path()).string();
+  const RunResult r = RunKvctl(
+      With(kSmallSyntheticFlags, {"--sweep=100,unlimited", "--policy", "lru", "--out-dir", rel}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  ASSERT_TRUE(fs::remove(dir.Path("rel/replay_sweep.png")));
+  const std::string redraw = "cd '" + dir.Path("rel") + "' && gnuplot replay_sweep.gp 2>/dev/null";
+  EXPECT_EQ(std::system(redraw.c_str()), 0);
+  EXPECT_TRUE(fs::exists(dir.Path("rel/replay_sweep.png")));
 }
 
 TEST(KvctlReplayTest, SweepWithoutGnuplotWritesTheCsvAndFailsOnlyWithPlot) {
