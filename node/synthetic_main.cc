@@ -236,7 +236,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // prints the help, or the error
+    return code == 0 ? 0 : 2;      // CLI11's own codes (104, 109, ...) mean nothing to a caller
   }
   if (f.trace.empty() && !f.synthetic) {
     std::fprintf(stderr, "kvmesh-synth: give --trace FILE or --synthetic\n");
