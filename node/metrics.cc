@@ -123,11 +123,12 @@ Histogram::Histogram(std::span<const double> bounds)
   }
 }
 
-void Histogram::Observe(double value) {
+void Histogram::Observe(double value, std::uint64_t times) {
   const auto it = std::lower_bound(bounds_.begin(), bounds_.end(), value);
-  counts_[static_cast<std::size_t>(it - bounds_.begin())].fetch_add(1, std::memory_order_relaxed);
-  count_.fetch_add(1, std::memory_order_relaxed);
-  sum_.fetch_add(value, std::memory_order_relaxed);
+  counts_[static_cast<std::size_t>(it - bounds_.begin())].fetch_add(times,
+                                                                    std::memory_order_relaxed);
+  count_.fetch_add(times, std::memory_order_relaxed);
+  sum_.fetch_add(value * static_cast<double>(times), std::memory_order_relaxed);
 }
 
 HistogramSnapshot Histogram::Snapshot() const {

@@ -82,7 +82,8 @@ class Histogram {
  public:
   // REQUIRES: bounds sorted ascending, finite, not empty.
   explicit Histogram(std::span<const double> bounds);
-  void Observe(double value);
+  // `times` observations of `value` (a batch of equal shares).
+  void Observe(double value, std::uint64_t times = 1);
   [[nodiscard]] HistogramSnapshot Snapshot() const;
 
  private:

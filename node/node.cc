@@ -296,8 +296,10 @@ Status Node::Open(const NodeConfig& config) {
   t.offload.host_eviction_policy = c.kv_cache.eviction_policy;  // one key for the pools and host
   t.offload.offload_min_priority = c.kv_cache.secondary_offload_min_priority;
   t.offload.copy_threads = c.kv_cache.copy_threads;
-  t.offload.on_copy = [m = metrics_.get()](CopyDirection d, KvTier tier, std::int64_t bytes,
-                                           std::int64_t ns) { m->ObserveCopy(d, tier, bytes, ns); };
+  t.offload.on_copy = [m = metrics_.get()](CopyDirection d, KvTier tier, std::int64_t blocks,
+                                           std::int64_t bytes, std::int64_t ns) {
+    m->ObserveCopy(d, tier, blocks, bytes, ns);
+  };
   if (pools_.on_device()) {
     // Host code never touches device pools: every tier copy stages through pinned host memory
     // with the CUDA block copy on copy streams of the pools' devices (store/device_staging.h).

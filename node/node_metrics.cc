@@ -81,7 +81,8 @@ NodeMetrics::NodeMetrics() {
       "Requests the handler answered with an error, by API and status code.", {"api", "code"});
   copy_duration_ = &registry_.AddHistogram(
       "kvmesh_tier_copy_duration_seconds",
-      "Time of one block copy between the pool and a tier (offload, spill host to disk, onboard).",
+      "Time of one block copy between the pool and a tier (offload, spill host to disk, onboard; "
+      "a block of a range restored from disk in one read: its share of the range's time).",
       {"direction", "tier"}, metrics::LatencyBuckets());
   for (const rpc::Request::BodyCase api : kApis) {
     KVMESH_CHECK(static_cast<std::size_t>(api) < by_api_.size()) << "raise kMaxApis";
@@ -127,12 +128,14 @@ void NodeMetrics::ObserveRequest(rpc::Request::BodyCase api, double seconds, Sta
   }
 }
 
-void NodeMetrics::ObserveCopy(CopyDirection direction, KvTier tier, std::int64_t /*bytes*/,
-                              std::int64_t ns) {
+void NodeMetrics::ObserveCopy(CopyDirection direction, KvTier tier, std::int64_t blocks,
+                              std::int64_t /*bytes*/, std::int64_t ns) {
   const auto d = static_cast<std::size_t>(direction);
   const auto t = static_cast<std::size_t>(tier);
+  if (blocks <= 0) return;
   if (d < copies_.size() && t < copies_[d].size() && copies_[d][t] != nullptr) {
-    copies_[d][t]->Observe(static_cast<double>(ns) * 1e-9);
+    copies_[d][t]->Observe(static_cast<double>(ns) * 1e-9 / static_cast<double>(blocks),
+                           static_cast<std::uint64_t>(blocks));
   }
 }
 

@@ -4,7 +4,8 @@
 //   kvmesh_request_duration_seconds{api}      histogram of EngineService::Handle per request
 //   kvmesh_request_errors_total{api,code}     requests answered with an error, by status code
 //   kvmesh_tier_copy_duration_seconds{direction,tier}  histogram per block copy (offload, spill,
-//                                             onboard; OffloadEngineOptions::on_copy)
+//                                             onboard; OffloadEngineOptions::on_copy; a block of a
+//                                             range restored in one go: its share of the time)
 //   kvmesh_engine_{requests,failed_requests,checks,check_failures}_total  what engines report
 //                                             (EngineReport: kvmesh-synth after each request)
 //   kvmesh_operator_evicted_blocks_total, kvmesh_operator_flushed_blocks_total
@@ -51,8 +52,10 @@ class NodeMetrics {
 
   // After a request ran: its duration and its status code (kOk included).
   void ObserveRequest(rpc::Request::BodyCase api, double seconds, StatusCode code);
-  // OffloadEngineOptions::on_copy.
-  void ObserveCopy(CopyDirection direction, KvTier tier, std::int64_t bytes, std::int64_t ns);
+  // OffloadEngineOptions::on_copy: `blocks` observations of ns / blocks each (a range restored in
+  // one RocksDB MultiGet counts as its blocks, each with its share of the time).
+  void ObserveCopy(CopyDirection direction, KvTier tier, std::int64_t blocks, std::int64_t bytes,
+                   std::int64_t ns);
   void AddEngineReport(const rpc::EngineReportRequest& report);
   void AddOperatorEvicted(std::int64_t n) { operator_evicted_->Inc(n); }
   void AddOperatorFlushed(std::int64_t n) { operator_flushed_->Inc(n); }

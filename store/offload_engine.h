@@ -114,11 +114,12 @@
 
 namespace kvmesh {
 
-// A completed block copy, for latency histograms (node/node_metrics.h): its direction, the tier it
-// wrote or read, the block bytes and how long it took.
+// A completed copy, for latency histograms (node/node_metrics.h): its direction, the tier it wrote
+// or read, how many blocks (1, or a range restored from RocksDB in one MultiGet), their block bytes
+// and how long it took.
 enum class CopyDirection : std::uint8_t { kOffload, kSpill, kOnboard };
-using CopyObserver =
-    std::function<void(CopyDirection direction, KvTier tier, std::int64_t bytes, std::int64_t ns)>;
+using CopyObserver = std::function<void(CopyDirection direction, KvTier tier, std::int64_t blocks,
+                                        std::int64_t bytes, std::int64_t ns)>;
 
 struct OffloadEngineOptions {
   std::vector<KvPoolView> pools;  // the primary pools, in the block manager's pool order

@@ -31,12 +31,12 @@ struct TrafficCounters {
   void Add(std::int64_t n_bytes, std::int64_t n_ns) { Add(1, n_bytes, n_ns); }
   // Copy time of blocks counted already (a staging copy after their tier reads); not observed.
   void AddTime(std::int64_t n_ns) { ns.fetch_add(n_ns, std::memory_order_relaxed); }
-  // n_blocks copied in one go (a restore range): the observer sees them as one copy.
+  // n_blocks copied in one go (a restore range): the observer is told how many.
   void Add(std::int64_t n_blocks, std::int64_t n_bytes, std::int64_t n_ns) {
     blocks.fetch_add(n_blocks, std::memory_order_relaxed);
     bytes.fetch_add(n_bytes, std::memory_order_relaxed);
     ns.fetch_add(n_ns, std::memory_order_relaxed);
-    if (observer != nullptr) (*observer)(direction, tier, n_bytes, n_ns);
+    if (observer != nullptr) (*observer)(direction, tier, n_blocks, n_bytes, n_ns);
   }
   [[nodiscard]] TierTraffic Load() const {
     TierTraffic t;

@@ -332,6 +332,25 @@ TEST(KvnodeLifecycleTest, WarmRestartServesTheLastRunsBlocksFromDisk) {
   // Every prompt of the first run's first turns is now found on disk, and decoded correctly.
   EXPECT_THAT(second.out, ::testing::ContainsRegex("disk [1-9][0-9]*"));
   EXPECT_THAT(second.out, HasSubstr(", 0 failed"));
+  // The copy-time histogram has one observation per block copied, disk restores (read in ranges
+  // of several blocks at once) included.
+  const std::string& address = (*node)->metrics_address();
+  const std::optional<std::string> metrics =
+      HttpGet(std::stoi(address.substr(address.rfind(':') + 1)), "/metrics");
+  ASSERT_TRUE(metrics.has_value());
+  for (const char* labels :
+       {"{direction=\"onboard\",tier=\"disk\"}", "{direction=\"onboard\",tier=\"host\"}",
+        "{direction=\"offload\",tier=\"host\"}"}) {
+    const std::optional<double> blocks =
+        MetricValue(*metrics, StrCat("kvmesh_tier_copied_blocks_total", labels));
+    const std::optional<double> observed =
+        MetricValue(*metrics, StrCat("kvmesh_tier_copy_duration_seconds_count", labels));
+    ASSERT_TRUE(blocks.has_value() && observed.has_value()) << labels;
+    EXPECT_EQ(*observed, *blocks) << labels;
+  }
+  EXPECT_GT(*MetricValue(*metrics,
+                         "kvmesh_tier_copied_blocks_total{direction=\"onboard\",tier=\"disk\"}"),
+            0);
 }
 
 }  // namespace
