@@ -161,7 +161,7 @@ void PrintReplayTiersText(const ReplayResult& r, const TieredReplayStats& t, std
   }
   out << "\n            block " << FormatBytes(t.block_bytes) << " (bundle " << t.bundle_bytes
       << " B): " << g.num_layers << " layer, K and V, " << g.num_kv_heads << " head, head_dim "
-      << g.head_dim << ", fp8\n";
+      << g.head_dim << ", fp8_per_tensor\n";
   out << "hits        pool " << r.reused_blocks << ", host " << t.host_hit_blocks << ", disk "
       << t.disk_hit_blocks << ", missed " << r.input_blocks - r.reused_blocks - r.restored_blocks
       << "\n";
