@@ -109,10 +109,10 @@ bool Report(const ReplayResult& alone, const TieredReplayResult& tiered, double 
               static_cast<long long>(t.reused_blocks), static_cast<long long>(s.host_hit_blocks),
               static_cast<long long>(s.disk_hit_blocks),
               static_cast<long long>(t.input_blocks - t.reused_blocks - t.restored_blocks));
-  std::printf("block %lld bytes (bundle %lld): %d layer, kv %d, %d head, head_dim %d, fp8_per_tensor\n",
-              static_cast<long long>(s.block_bytes), static_cast<long long>(s.bundle_bytes),
-              s.geometry.num_layers, s.geometry.kv_factor, s.geometry.num_kv_heads,
-              s.geometry.head_dim);
+  std::printf(
+      "block %lld bytes (bundle %lld): %d layer, kv %d, %d head, head_dim %d, fp8_per_tensor\n",
+      static_cast<long long>(s.block_bytes), static_cast<long long>(s.bundle_bytes),
+      s.geometry.num_layers, s.geometry.kv_factor, s.geometry.num_kv_heads, s.geometry.head_dim);
   std::printf("restored blocks checked %lld, mismatched %lld, corrupt reads %lld\n",
               static_cast<long long>(s.verified_blocks),
               static_cast<long long>(s.mismatched_blocks),

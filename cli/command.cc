@@ -20,12 +20,18 @@ int ReportParseError(const CLI::App& app, const CLI::ParseError& error) {
     // --help, --help-all, --version: CLI11 prints them.
     return app.exit(error, std::cout, std::cerr);
   }
+  std::cerr << "kvctl: " << error.what() << "\n";
+  // Where the usage is: the command's own help once a command was named, else the command list.
+  const auto named = app.get_subcommands();
+  if (!named.empty()) {
+    std::cerr << "run 'kvctl " << named.front()->get_name() << " --help' for its flags\n";
+    return kExitUsage;
+  }
   std::string commands;
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
     commands += (commands.empty() ? "" : ", ") + sub->get_name();
   }
-  std::cerr << "kvctl: " << error.what() << "\n"
-            << "commands: " << commands << "; run 'kvctl --help' or 'kvctl <command> --help' for "
+  std::cerr << "commands: " << commands << "; run 'kvctl --help' or 'kvctl <command> --help' for "
             << "usage\n";
   return kExitUsage;
 }

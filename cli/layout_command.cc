@@ -61,6 +61,17 @@ Result<CacheConfig> MakeCacheConfig(const LayoutOptions& o) {
   KVMESH_ASSIGN_OR_RETURN(c.fp8_per_tensor_scale,
                           ParseFloatFlag("--fp8-per-tensor-scale", o.fp8_per_tensor_scale));
   KVMESH_RETURN_IF_ERROR(c.Validate());
+  // A scale flag of another dtype would change nothing: said, not ignored.
+  if ((c.nvfp4_global_scale || c.nvfp4_expected_amax) && c.dtype != KvDtype::kNVFP4) {
+    return Status::InvalidArgument(
+        StrCat(c.nvfp4_global_scale ? "--nvfp4-global-scale" : "--nvfp4-expected-amax",
+               " applies to --dtype nvfp4 only, not ", KvDtypeName(c.dtype)));
+  }
+  if (c.fp8_per_tensor_scale && c.dtype != KvDtype::kFP8PerTensor) {
+    return Status::InvalidArgument(
+        StrCat("--fp8-per-tensor-scale applies to --dtype fp8_per_tensor only, not ",
+               KvDtypeName(c.dtype)));
+  }
   return c;
 }
 

@@ -245,6 +245,14 @@ Result<ReplayConfig> MakeConfig(const ReplayOptions& o) {
   config.priorities.system_prompt_blocks = o.priority_prefix_blocks;
   config.priorities.system_prompt_priority = o.priority_prefix;
   config.priorities.tail_priority = o.priority_tail;
+  // The flags' own names (Validate names the config's fields).
+  for (const auto& [flag, value] :
+       {std::pair{"--priority-prefix", o.priority_prefix}, {"--priority-tail", o.priority_tail}}) {
+    if (value < kMinPriority || value > kMaxPriority) {
+      return Status::InvalidArgument(
+          StrCat(flag, " ", value, " is outside ", kMinPriority, "..", kMaxPriority));
+    }
+  }
   KVMESH_RETURN_IF_ERROR(config.Validate());
   return config;
 }
@@ -274,6 +282,11 @@ Status RunReplay(const ReplayOptions& options, std::ostream& out, std::ostream& 
   config.capacity_blocks = capacity.blocks;
   KVMESH_ASSIGN_OR_RETURN(std::optional<TieredReplayOptions> tiers,
                           ResolveReplayTiers(o.tiers, capacity.blocks.has_value(), o.sweep));
+  if (tiers && config.optimal) {
+    return Status::InvalidArgument(
+        "--policy optimal replays the pool alone: leave out --host-tier-blocks and "
+        "--disk-tier-blocks");
+  }
   // --policy orders the host tier's victims too (docs/kvctl.md, "Tiers").
   if (tiers) tiers->host_eviction_policy = config.policy;
   ReplaySource source;

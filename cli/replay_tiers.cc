@@ -42,9 +42,10 @@ void AddReplayTierFlags(CLI::App* sub, ReplayTierFlags* f) {
   sub->add_option("--disk-path", f->disk_path,
                   "Directory of the RocksDB tier (kept; default: a temporary directory, removed)")
       ->check([](const std::string& path) {
+        // CLI11 names the flag itself: "--disk-path: <this>".
         return path.empty() ? std::string(
-                                  "--disk-path is empty: give a folder, or leave the flag "
-                                  "out for a temporary one")
+                                  "empty: give a folder, or leave the flag out for a "
+                                  "temporary one")
                             : std::string();
       });
   sub->add_flag("--keep-disk", f->keep_disk, "Keep the temporary RocksDB directory");
@@ -83,7 +84,11 @@ Result<std::optional<TieredReplayOptions>> ResolveReplayTiers(const ReplayTierFl
     KVMESH_ASSIGN_OR_RETURN(o.disk_blocks, CountFlag("--disk-tier-blocks", f.disk_blocks));
   }
   if (o.host_blocks == 0 && o.disk_blocks == 0) {
-    return Status::InvalidArgument("--host-tier-blocks and --disk-tier-blocks are both 0");
+    return Status::InvalidArgument(
+        f.host_blocks.empty() || f.disk_blocks.empty()
+            ? StrCat(f.host_blocks.empty() ? "--disk-tier-blocks" : "--host-tier-blocks",
+                     " is 0: no tier (give a number of blocks, or leave the flag out)")
+            : std::string("--host-tier-blocks and --disk-tier-blocks are both 0: no tier"));
   }
   if (o.disk_blocks == 0 && (!f.disk_path.empty() || f.keep_disk)) {
     return Status::InvalidArgument("--disk-path and --keep-disk need --disk-tier-blocks");

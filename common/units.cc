@@ -9,6 +9,7 @@ namespace kvmesh {
 namespace {
 
 Result<std::int64_t> ParseQuantity(std::string_view text, bool allow_b, std::string_view what) {
+  const std::string_view example = allow_b ? "8GiB" : "3000, or 256k";
   const std::string original(text);
   std::string s = AsciiLower(text);
   while (!s.empty() && (s.back() == ' ')) s.pop_back();
@@ -52,8 +53,9 @@ Result<std::int64_t> ParseQuantity(std::string_view text, bool allow_b, std::str
   if (s.empty()) return Status::InvalidArgument(StrCat("bad ", what, " '", original, "'"));
   for (char c : s) {
     if (!((c >= '0' && c <= '9') || c == '.')) {
-      return Status::InvalidArgument(StrCat(
-          "bad ", what, " '", original, "': expected a number with an optional unit (e.g. 8GiB)"));
+      return Status::InvalidArgument(
+          StrCat("bad ", what, " '", original,
+                 "': expected a non-negative number with an optional unit (e.g. ", example, ")"));
     }
   }
   char* end = nullptr;

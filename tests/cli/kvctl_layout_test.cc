@@ -192,6 +192,13 @@ TEST(KvctlLayoutTest, BadCommandLines) {
       {{"layout", "--model", "llama-3-8b", "--gpu-memory", "1MiB"}, 1, "gets no block"},
       {{"layout", "--model", "llama-3-8b", "--frobnicate"}, 2, "--frobnicate"},
       {{"frobnicate"}, 2, "commands: layout"},
+      // A scale for another dtype is refused, not ignored.
+      {{"layout", "--model", "llama-3-8b", "--dtype", "bf16", "--nvfp4-global-scale", "2"},
+       2,
+       "--nvfp4-global-scale applies to --dtype nvfp4 only, not bf16"},
+      {{"layout", "--model", "llama-3-8b", "--dtype", "fp8", "--fp8-per-tensor-scale", "2"},
+       2,
+       "--fp8-per-tensor-scale applies to --dtype fp8_per_tensor only, not fp8"},
   };
   for (const Case& c : cases) {
     const RunResult r = RunKvctl(c.args);

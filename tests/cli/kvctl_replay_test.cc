@@ -115,7 +115,8 @@ TEST(KvctlReplayTest, OptimalIsTheBoundInTheText) {
       RunKvctl(With(kSmallSyntheticFlags, {"--capacity-blocks", "150", "--policy", "optimal",
                                            "--host-tier-blocks", "100"}));
   EXPECT_EQ(tiers.exit_code, 2) << tiers.err;
-  EXPECT_THAT(tiers.err, HasSubstr("the offline optimum replays the pool alone"));
+  EXPECT_THAT(tiers.err, HasSubstr("--policy optimal replays the pool alone: leave out "
+                                   "--host-tier-blocks and --disk-tier-blocks"));
 }
 
 TEST(KvctlReplayTest, OneOffShareReachesTheGenerator) {
@@ -316,7 +317,10 @@ TEST(KvctlReplayTest, BadInputExitsTwoWithAMessage) {
       {{"replay", "--synthetic", "--sweep", "--capacity-blocks", "9"}, "--sweep gives the"},
       {{"replay", "--synthetic", "--model", "llama-3-8b"}, "only apply with --capacity-bytes"},
       {{"replay", "--synthetic", "--turn-blocks", "4-2"}, "--turn-blocks '4-2'"},
-      {{"replay", "--synthetic", "--priority-tail", "101"}, "tail_priority 101"},
+      {{"replay", "--synthetic", "--priority-tail", "101"},
+       "--priority-tail 101 is outside 0..100"},
+      {{"replay", "--synthetic", "--priority-prefix", "-1"}, "--priority-prefix -1 is outside"},
+      {{"replay", "--synthetic", "--capacity-blocks", "-5"}, "(e.g. 3000, or 256k)"},
       {{"replay", "--synthetic", "--no-such-flag"}, "--no-such-flag"},
   };
   for (const Case& c : cases) {

@@ -171,7 +171,9 @@ TEST(KvctlReplayTiersTest, BadTierFlagsExitTwo) {
       {{"--sweep=10,20", "--host-tier-blocks", "10"}, "--sweep does not take tiers"},
       {{"--capacity-blocks", "10", "--host-tier-blocks", "10", "--tier-block-bytes", "1000"},
        "is not a positive multiple"},
-      {{"--capacity-blocks", "10", "--host-tier-blocks", "0"}, "are both 0"},
+      {{"--capacity-blocks", "10", "--host-tier-blocks", "0"}, "--host-tier-blocks is 0: no tier"},
+      {{"--capacity-blocks", "10", "--host-tier-blocks", "0", "--disk-tier-blocks", "0"},
+       "are both 0"},
       {{"--capacity-blocks", "10", "--host-tier-blocks", "10", "--offload-min-priority", "200"},
        "--offload-min-priority 200"},
   };
@@ -314,7 +316,8 @@ TEST(KvctlReplayTiersDiskTest, OpenErrorsArePrintedOnceInOurWords) {
 
   const RunResult empty = RunKvctl(With(kDisk, {"--disk-path", ""}));
   EXPECT_EQ(empty.exit_code, 2) << empty.err;
-  EXPECT_THAT(empty.err, HasSubstr("--disk-path is empty"));
+  EXPECT_THAT(empty.err, HasSubstr("kvctl: --disk-path: empty: give a folder"));
+  EXPECT_THAT(empty.err, HasSubstr("run 'kvctl replay --help' for its flags"));
   EXPECT_EQ(empty.out, "");
 }
 

@@ -114,11 +114,11 @@ TEST(NodeConfigTest, BadValuesNameTheKeyAndItsLine) {
       {"device: gpu\n",
        "kvnode.yaml:1: device: device 'gpu' is not one of auto, cpu, cuda, cuda:N, emulated"},
       {"kv_cache:\n  host_cache_size: lots\n",
-       "kvnode.yaml:2: kv_cache.host_cache_size: bad byte size 'lots': expected a number with an "
-       "optional unit (e.g. 8GiB)"},
+       "kvnode.yaml:2: kv_cache.host_cache_size: bad byte size 'lots': expected a non-negative "
+       "number with an optional unit (e.g. 8GiB)"},
       {"kv_cache:\n  host_cache_size: -1\n",
-       "kvnode.yaml:2: kv_cache.host_cache_size: bad byte size '-1': expected a number with an "
-       "optional unit (e.g. 8GiB)"},
+       "kvnode.yaml:2: kv_cache.host_cache_size: bad byte size '-1': expected a non-negative "
+       "number with an optional unit (e.g. 8GiB)"},
       {"control:\n  idle_timeout: 5 minutes\n",
        "kvnode.yaml:2: control.idle_timeout: bad duration '5 minutes': expected a whole number "
        "with a unit ms, s, m or h (500ms, 5s), or milliseconds"},
@@ -164,8 +164,8 @@ TEST(NodeConfigTest, BadValuesNameTheKeyAndItsLine) {
        "kvnode.yaml:2: disk_tier.write_buffer: 65536 bytes is less than 256 KiB, the smallest "
        "memtable"},
       {"disk_tier:\n  block_cache: -1\n",
-       "kvnode.yaml:2: disk_tier.block_cache: bad byte size '-1': expected a number with an "
-       "optional unit (e.g. 8GiB)"},
+       "kvnode.yaml:2: disk_tier.block_cache: bad byte size '-1': expected a non-negative "
+       "number with an optional unit (e.g. 8GiB)"},
       {"disk_tier:\n  background_jobs: 0\n",
        "kvnode.yaml:2: disk_tier.background_jobs: 0 must be at least 1"},
       {"control:\n  tcp_listen: 127.0.0.1\n",
