@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
         return secret.status().code() == kvmesh::StatusCode::kInvalidArgument ? 2 : 1;
       }
     }
+    std::printf("kvnode: %s is valid\n", check_path.c_str());
     return 0;
   }
   auto config = config_path.empty()
