@@ -228,6 +228,20 @@ FlushCounts FlushToDiskTier(TieredCache& cache, const FlushOptions& options) {
   // From the least valuable kept on, host-tier and pool blocks alike: if the tier has to evict
   // while the flush writes (its budget moved), its eviction takes the least recently written of a
   // priority first, which are then the least valuable.
+  // First the kept blocks the tier holds already are marked used (RocksDbTier::Refresh), least
+  // valuable first, so that the tier's eviction, at equal priority, takes the blocks the flush
+  // does not keep before them: the writes below may take the tier over its budget only by the
+  // blocks no candidate is. (Without it, the kept blocks the tier held from before were its
+  // oldest: it evicted them, and the next flush wrote them again.)
+  for (std::size_t i = kept; i-- > 0;) {
+    const Candidate& k = all[i];
+    if (k.held_blocks == 0) continue;
+    if (!k.in_pool) {
+      disk->Refresh(TierPoolId{k.host_pool}, k.id);
+    } else {
+      for (int p = 0; p < num_pools; ++p) disk->Refresh(TierPoolId{p}, k.id);
+    }
+  }
   for (std::size_t i = kept; i-- > 0;) {
     const Candidate& k = all[i];
     if (k.bytes == 0) continue;

@@ -15,9 +15,11 @@
 // same flush wrote (a flush of 30,440 blocks into a tier with room for 12,738 once wrote all of
 // them, for 36 s, and kept the last written). Blocks are written least valuable first, so that if
 // the budget shrinks meanwhile (it is learned from the files on disk), the tier's eviction — lowest
-// priority, then oldest write — takes the least valuable of them. Blocks the tier held before and
-// the flush does not touch are older than every block the flush writes, and are evicted first at
-// equal priority.
+// priority, then least recently used — takes the least valuable of them. Before any write, the
+// kept blocks the tier holds already are marked used (RocksDbTier::Refresh), least valuable first.
+// So the blocks the tier held before and the flush does not keep are older than every block the
+// flush keeps, and are evicted first at equal priority (without the marking, a flush into a full
+// tier evicted kept blocks it had found there, and every later flush wrote some of them again).
 //
 // Pool blocks are pinned (PinByContentId) while they are read, so a running node may keep serving:
 // a pinned block is never evicted or rewritten, and a block evicted before its turn is skipped (it

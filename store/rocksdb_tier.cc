@@ -559,6 +559,16 @@ bool RocksDbTier::Contains(TierPoolId pool, const ContentId& id) {
   return e != nullptr && e->state == EntryState::kReady;
 }
 
+bool RocksDbTier::Refresh(TierPoolId pool, const ContentId& id) {
+  if (disabled()) return false;
+  MutexLock lock(&mu_);
+  const Key key{pool, id};
+  Entry* e = index_.Get(key);
+  if (e == nullptr || e->state != EntryState::kReady) return false;
+  Touch(key, *e, e->priority);
+  return true;
+}
+
 std::vector<ContentId> RocksDbTier::ReadyIds(TierPoolId pool) {
   std::vector<ContentId> out;
   if (disabled()) return out;

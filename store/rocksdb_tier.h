@@ -215,6 +215,10 @@ class RocksDbTier final : public BlockTier {
   Status GetForRestore(TierPoolId pool, const ContentId& id, const KvPoolView& dst,
                        std::int64_t block) override;
   bool Contains(TierPoolId pool, const ContentId& id) override;
+  // Counts the block as used now in the tier's eviction order, as a read of it would, without
+  // reading it (node/flush.h orders the blocks it keeps this way). False: the tier does not hold
+  // it.
+  bool Refresh(TierPoolId pool, const ContentId& id);
   Status Erase(TierPoolId pool, const ContentId& id) override;
   std::vector<ContentId> ReadyIds(TierPoolId pool) override;
   TierStats stats() const override;

@@ -214,5 +214,49 @@ TEST(FlushTest, ABudgetCutInTheHostTierKeepsItsMostRecentlyUsedBlocks) {
   EXPECT_EQ(OnDisk(rig, ids), (std::vector<int>{1, 3, 10, 11, 12, 13, 14, 15}));
 }
 
+// A flush keeps the blocks it found on disk above those it does not keep. 4 pool blocks flushed
+// first; then new prompts, the 4 re-used after each, push blocks through the host tier into the
+// disk tier (newer than the 4, and in neither the pool nor the host tier any more) until it is at
+// its budget of 8. The second flush keeps the 4 (held), writes the pool's other 4 and leaves the
+// host tier's 2 out: the tier must evict the spilled blocks, not the 4. Before the flush marked
+// the 4 as used, the tier evicted them (written long before the spills), and every later flush
+// wrote some of them again.
+TEST(FlushTest, AFlushKeepsTheBlocksItFoundOnDiskAboveTheOnesItLeavesOut) {
+  TempDir dir;
+  RigOptions o;
+  o.layout = LayoutOf(store_test::TierShapes()[0].geometry);  // 16 KiB blocks
+  o.pool_blocks = 8;
+  o.host_blocks = 2;
+  o.disk_path = dir.path();
+  o.disk_blocks = 8;  // below 16 MiB: a budget of 8 bundles
+  Rig rig(o);
+  const std::int32_t t = rig.tokens_per_block();
+  std::uint64_t request = 1;
+  const auto run = [&](int doc) { rig.Run(request++, Doc(t, doc), WholeBlocks()); };
+  for (int d = 0; d < 4; ++d) run(d);
+  rig.engine().Drain();
+  const FlushCounts first = FlushToDiskTier(rig.cache(), {.full = FullDiskTier::kEndsTheFlush});
+  ASSERT_EQ(first.written, 4);
+  for (int d = 4; d < 14; ++d) {
+    run(d);
+    for (int c = 0; c < 4; ++c) run(c);  // the 4 stay the pool's most recently used
+  }
+  rig.engine().Drain();
+  std::vector<ContentId> kept;
+  for (int d = 0; d < 4; ++d) kept.push_back(rig.Ids(Doc(t, d), WholeBlocks())[0]);
+  RocksDbTier& disk = *rig.engine().disk();
+  for (const ContentId& id : kept) ASSERT_TRUE(disk.Contains(kPool, id));
+  ASSERT_EQ(disk.stats().entries, 8) << "the spills filled the tier";
+  const FlushCounts second = FlushToDiskTier(rig.cache(), {.full = FullDiskTier::kEndsTheFlush});
+  EXPECT_EQ(second.candidates, 10);
+  EXPECT_EQ(second.already, 4);
+  EXPECT_EQ(second.written, 4);
+  EXPECT_EQ(second.not_fitting, 2);
+  for (const ContentId& id : kept) EXPECT_TRUE(disk.Contains(kPool, id));
+  const FlushCounts third = FlushToDiskTier(rig.cache(), {.full = FullDiskTier::kEndsTheFlush});
+  EXPECT_EQ(third.written, 0);
+  EXPECT_EQ(third.already, 8);
+}
+
 }  // namespace
 }  // namespace kvmesh
