@@ -82,6 +82,11 @@ Status ModelSpec::Validate() const {
         StrCat("num_attention_heads ", num_attention_heads, " must be positive"));
   }
   if (layers.empty()) return Status::InvalidArgument("num_hidden_layers 0: the model has no layer");
+  if (layers.size() > static_cast<std::size_t>(kMaxModelLayers)) {
+    return Status::InvalidArgument(StrCat("num_hidden_layers ", layers.size(), " is more than ",
+                                          kMaxModelLayers,
+                                          " (the largest models have a few hundred layers)"));
+  }
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerSpec& l = layers[i];
     if (l.window < 0) {

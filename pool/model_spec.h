@@ -62,6 +62,11 @@ struct IndexerSpec {
   friend bool operator==(const IndexerSpec&, const IndexerSpec&) = default;
 };
 
+// The most layers a model may have: the largest models have a few hundred (Llama-3.1-405B: 126).
+// A bound keeps a config with a stray digit (28152064 layers) an error, not minutes of planning and
+// gigabytes of layer specs.
+inline constexpr std::int32_t kMaxModelLayers = 1024;
+
 struct ModelSpec {
   std::string name;      // e.g. "meta-llama/Meta-Llama-3-8B"; part of every block namespace
   std::string revision;  // model revision (commit) when known, else empty
