@@ -225,9 +225,6 @@ FlushCounts FlushToDiskTier(TieredCache& cache, const FlushOptions& options) {
     }
   };
 
-  // From the least valuable kept on, host-tier and pool blocks alike: if the tier has to evict
-  // while the flush writes (its budget moved), its eviction takes the least recently written of a
-  // priority first, which are then the least valuable.
   // First the kept blocks the tier holds already are marked used (RocksDbTier::Refresh), least
   // valuable first, so that the tier's eviction, at equal priority, takes the blocks the flush
   // does not keep before them: the writes below may take the tier over its budget only by the
@@ -242,6 +239,9 @@ FlushCounts FlushToDiskTier(TieredCache& cache, const FlushOptions& options) {
       for (int p = 0; p < num_pools; ++p) disk->Refresh(TierPoolId{p}, k.id);
     }
   }
+  // Then the writes, from the least valuable kept on, host-tier and pool blocks alike: if the tier
+  // has to evict while the flush writes (its budget moved), its eviction takes the least recently
+  // used of a priority first, which are then the least valuable.
   for (std::size_t i = kept; i-- > 0;) {
     const Candidate& k = all[i];
     if (k.bytes == 0) continue;

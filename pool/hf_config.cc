@@ -283,11 +283,7 @@ Result<ModelSpec> BuildSpec(const FamilyEntry& fam, const ConfigFields& f) {
   ModelSpec m;
   m.family = std::string(fam.model_type);
   KVMESH_ASSIGN_OR_RETURN(const std::int32_t num_layers, f.RequiredInt("num_hidden_layers", ""));
-  if (num_layers > kMaxModelLayers) {  // before any per-layer work (ModelSpec::Validate says why)
-    return Status::InvalidArgument(StrCat("num_hidden_layers ", num_layers, " is more than ",
-                                          kMaxModelLayers,
-                                          " (the largest models have a few hundred layers)"));
-  }
+  KVMESH_RETURN_IF_ERROR(CheckLayerCount(num_layers));  // before any per-layer work
   // gemma3 text configs omit the counts that equal transformers' defaults (e.g. gemma-3-4b).
   const bool gemma3 = fam.family == Family::kGemma3;
   KVMESH_ASSIGN_OR_RETURN(auto q_heads, f.OptionalInt("num_attention_heads"));

@@ -75,6 +75,13 @@ std::int32_t IndexerSpec::NumIndexedLayers() const {
   return static_cast<std::int32_t>(std::count(layer_mask.begin(), layer_mask.end(), true));
 }
 
+Status CheckLayerCount(std::int64_t num_layers) {
+  if (num_layers <= kMaxModelLayers) return Status::Ok();
+  return Status::InvalidArgument(StrCat("num_hidden_layers ", num_layers, " is more than ",
+                                        kMaxModelLayers,
+                                        " (the largest models have a few hundred layers)"));
+}
+
 Status ModelSpec::Validate() const {
   if (name.empty()) return Status::InvalidArgument("model name is empty");
   if (num_attention_heads <= 0) {
@@ -82,11 +89,7 @@ Status ModelSpec::Validate() const {
         StrCat("num_attention_heads ", num_attention_heads, " must be positive"));
   }
   if (layers.empty()) return Status::InvalidArgument("num_hidden_layers 0: the model has no layer");
-  if (layers.size() > static_cast<std::size_t>(kMaxModelLayers)) {
-    return Status::InvalidArgument(StrCat("num_hidden_layers ", layers.size(), " is more than ",
-                                          kMaxModelLayers,
-                                          " (the largest models have a few hundred layers)"));
-  }
+  KVMESH_RETURN_IF_ERROR(CheckLayerCount(static_cast<std::int64_t>(layers.size())));
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const LayerSpec& l = layers[i];
     if (l.window < 0) {

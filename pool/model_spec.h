@@ -66,6 +66,9 @@ struct IndexerSpec {
 // A bound keeps a config with a stray digit (28152064 layers) an error, not minutes of planning and
 // gigabytes of layer specs.
 inline constexpr std::int32_t kMaxModelLayers = 1024;
+// kInvalidArgument when `num_layers` is above kMaxModelLayers (ModelSpec::Validate, and the HF
+// config reader before any per-layer work).
+Status CheckLayerCount(std::int64_t num_layers);
 
 struct ModelSpec {
   std::string name;      // e.g. "meta-llama/Meta-Llama-3-8B"; part of every block namespace

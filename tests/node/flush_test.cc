@@ -43,6 +43,18 @@ RigOptions FullTierRig(const std::string& path, std::int64_t pool_blocks) {
   return o;
 }
 
+// 16 KiB blocks, and a disk tier below 16 MiB: a budget of 8 bundles.
+RigOptions EightBlockTierRig(const std::string& path, std::int64_t pool_blocks,
+                             std::int64_t host_blocks) {
+  RigOptions o;
+  o.layout = LayoutOf(store_test::TierShapes()[0].geometry);
+  o.pool_blocks = pool_blocks;
+  o.host_blocks = host_blocks;
+  o.disk_path = path;
+  o.disk_blocks = 8;
+  return o;
+}
+
 // Runs `n` single-block prompts, one after another, and waits for their offloads; their ids.
 std::vector<ContentId> RunPrompts(Rig& rig, int n) {
   std::vector<ContentId> ids;
@@ -197,13 +209,7 @@ TEST(FlushTest, HostTierBlocksAreWrittenLeastRecentlyUsedFirst) {
 // takes the 4 pool blocks and, of the host tier's, those two and the two evicted last.
 TEST(FlushTest, ABudgetCutInTheHostTierKeepsItsMostRecentlyUsedBlocks) {
   TempDir dir;
-  RigOptions o;
-  o.layout = LayoutOf(store_test::TierShapes()[0].geometry);  // 16 KiB blocks
-  o.pool_blocks = 4;
-  o.host_blocks = 32;
-  o.disk_path = dir.path();
-  o.disk_blocks = 8;  // below 16 MiB: a budget of 8 bundles
-  Rig rig(o);
+  Rig rig(EightBlockTierRig(dir.path(), 4, 32));
   const std::vector<ContentId> ids = RunPrompts(rig, 16);
   ASSERT_EQ(rig.engine().host()->stats().entries, 12);
   ReadFromHostTier(rig, ids, {3, 1});
@@ -223,13 +229,7 @@ TEST(FlushTest, ABudgetCutInTheHostTierKeepsItsMostRecentlyUsedBlocks) {
 // wrote some of them again.
 TEST(FlushTest, AFlushKeepsTheBlocksItFoundOnDiskAboveTheOnesItLeavesOut) {
   TempDir dir;
-  RigOptions o;
-  o.layout = LayoutOf(store_test::TierShapes()[0].geometry);  // 16 KiB blocks
-  o.pool_blocks = 8;
-  o.host_blocks = 2;
-  o.disk_path = dir.path();
-  o.disk_blocks = 8;  // below 16 MiB: a budget of 8 bundles
-  Rig rig(o);
+  Rig rig(EightBlockTierRig(dir.path(), 8, 2));
   const std::int32_t t = rig.tokens_per_block();
   std::uint64_t request = 1;
   const auto run = [&](int doc) { rig.Run(request++, Doc(t, doc), WholeBlocks()); };
