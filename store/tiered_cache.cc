@@ -54,8 +54,18 @@ Result<RestorePlan> TieredCache::PlanAfterPrefetches(std::span<const Token> prom
                                                      const SequenceOptions& options) {
   constexpr int kMaxAttempts = 4;
   for (int attempt = 1;; ++attempt) {
+    std::int64_t finished_before = 0;
+    {
+      MutexLock lock(&mu_);
+      finished_before = prefetches_finished_;
+    }
     KVMESH_ASSIGN_OR_RETURN(RestorePlan plan, manager_->PlanRestore(prompt, options));
+    if (after_plan_for_testing_) after_plan_for_testing_();
     MutexLock lock(&mu_);
+    // A prefetch that finished while the plan was made published blocks the plan may not show,
+    // and is no longer in flight to be waited for: plan again, or they are restored twice.
+    const bool restores = static_cast<std::size_t>(plan.pool_blocks) < plan.content_ids.size();
+    if (restores && prefetches_finished_ != finished_before && attempt < kMaxAttempts) continue;
     std::vector<std::shared_ptr<Inflight>> waits;
     for (std::size_t i = static_cast<std::size_t>(plan.pool_blocks); i < plan.content_ids.size();
          ++i) {
@@ -222,6 +232,7 @@ Result<std::int64_t> TieredCache::Prefetch(std::span<const Token> prompt,
     }
     op->done = true;
     --prefetches_running_;
+    ++prefetches_finished_;
     cv_.notify_all();
   };
   // The copies run on the engine's workers; publishing takes the manager's lock, which a worker

@@ -44,6 +44,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -133,6 +134,10 @@ class TieredCache {
 
   [[nodiscard]] TieredCacheStats stats() const KVMESH_EXCLUDES(mu_);
 
+  // Called by an admission between making its restore plan and checking it against the running
+  // prefetches, on the admission's thread (tests: to finish a prefetch in that window).
+  void SetAfterPlanForTesting(std::function<void()> f) { after_plan_for_testing_ = std::move(f); }
+
  private:
   struct Inflight;
 
@@ -158,6 +163,8 @@ class TieredCache {
   std::unordered_map<ContentId, std::shared_ptr<Inflight>, ContentIdHash> inflight_
       KVMESH_GUARDED_BY(mu_);
   std::int64_t prefetches_running_ KVMESH_GUARDED_BY(mu_) = 0;
+  std::int64_t prefetches_finished_ KVMESH_GUARDED_BY(mu_) = 0;  // published or failed
+  std::function<void()> after_plan_for_testing_;
   // Restored blocks not yet reused by an admission: where they came from (bounded).
   // Where a block not yet reused came from, for the admission that reuses it.
   enum class HitSource : std::uint8_t { kHost, kDisk, kRemote };

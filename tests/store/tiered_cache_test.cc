@@ -251,6 +251,37 @@ TEST(TieredCacheTest, PrefetchRestoresBeforeAdmission) {
   ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{4}).ok());
 }
 
+// A prefetch that publishes while the admission right after it is planning: the plan, made before
+// the publication, shows the blocks in no pool, and the prefetch is no longer in flight to be
+// waited for. The admission plans again rather than restoring the blocks a second time (seen once
+// in CI, under ASan; here the prefetch is made to finish in that window).
+TEST(TieredCacheTest, APrefetchPublishedWhileTheAdmissionPlansIsNotRestoredAgain) {
+  Rig rig(Small(4, 16));
+  const auto p = Doc(2 * kT, 7);
+  rig.Run(1, p, WholeBlocks());
+  for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
+  rig.engine().Drain();
+  int plans = 0;
+  rig.cache().SetAfterPlanForTesting([&] {
+    ++plans;
+    rig.cache().WaitForPrefetches();
+  });
+  ASSERT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 2);
+  auto r = rig.cache().AddSequence(RequestId{2}, p, WholeBlocks());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->reused_blocks, 2);
+  EXPECT_TRUE(rig.ReusedBytesMatch(p, WholeBlocks(), *r));
+  const TieredCacheStats s = rig.cache().stats();
+  EXPECT_EQ(s.restore_duplicates, 0);
+  EXPECT_EQ(s.prefetched_blocks, 2);
+  EXPECT_EQ(s.host_hit_blocks, 2);              // counted by the tier they were prefetched from
+  EXPECT_EQ(s.offload.onboard_host.blocks, 2);  // read once
+  EXPECT_EQ(plans, 2);
+  rig.cache().SetAfterPlanForTesting({});
+  EXPECT_TRUE(rig.manager().CheckInvariants().ok());
+  ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{2}).ok());
+}
+
 // An admission that restores a block from the host tier evicts pool blocks into that tier first
 // (ReserveRestore); the block it is about to read must not be their victim, even as the least
 // recently used one: it stays pinned from the plan to the read.
