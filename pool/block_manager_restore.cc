@@ -173,6 +173,17 @@ Result<std::unique_ptr<RestoreReservation::State>> BlockManager::ReserveLocked(
           StrCat("the tree no longer holds block ", i, " of the restore plan; plan again"));
     }
   }
+  if (plan.pool_blocks < static_cast<std::int64_t>(plan.content_ids.size())) {
+    // Stored or restored since the plan: restoring it again would only make a duplicate.
+    const std::int64_t i = plan.pool_blocks;
+    mm.clear();
+    MmRefsForBlock(options.multimodal, i * t, t, &mm);
+    if (tree.FindChild(cur, prompt.subspan(i * t, t), mm) != kNoNode) {
+      tree.ReleaseRoot(st->root);
+      return Status::FailedPrecondition(StrCat(
+          "the tree holds block ", i, " since the restore plan, which had it missing; plan again"));
+    }
+  }
   if (plan.pool_blocks > 0) {
     st->parent = tree.handle(cur);
     for (int p = 0; p < num_pools(); ++p) {

@@ -10,6 +10,10 @@ namespace {
 // later reuse then counts as a pool hit).
 constexpr std::size_t kMaxRememberedSources = 1 << 20;
 
+// Plans made again, at most, while prefetches finish or are waited for (then a plan is used as
+// it is: a block restored twice is counted in restore_duplicates).
+constexpr int kMaxPlanAttempts = 4;
+
 }  // namespace
 
 struct TieredCache::Inflight {
@@ -50,32 +54,44 @@ TieredCache::~TieredCache() {
   engine_.reset();
 }
 
-Result<RestorePlan> TieredCache::PlanAfterPrefetches(std::span<const Token> prompt,
-                                                     const SequenceOptions& options) {
-  constexpr int kMaxAttempts = 4;
+Result<TieredCache::CheckedPlan> TieredCache::PlanAgainstPrefetches(
+    std::span<const Token> prompt, const SequenceOptions& options) {
   for (int attempt = 1;; ++attempt) {
     std::int64_t finished_before = 0;
     {
       MutexLock lock(&mu_);
       finished_before = prefetches_finished_;
     }
-    KVMESH_ASSIGN_OR_RETURN(RestorePlan plan, manager_->PlanRestore(prompt, options));
+    CheckedPlan out;
+    KVMESH_ASSIGN_OR_RETURN(out.plan, manager_->PlanRestore(prompt, options));
     if (after_plan_for_testing_) after_plan_for_testing_();
     MutexLock lock(&mu_);
+    const auto first = static_cast<std::size_t>(out.plan.pool_blocks);
     // A prefetch that finished while the plan was made published blocks the plan may not show,
     // and is no longer in flight to be waited for: plan again, or they are restored twice.
-    const bool restores = static_cast<std::size_t>(plan.pool_blocks) < plan.content_ids.size();
-    if (restores && prefetches_finished_ != finished_before && attempt < kMaxAttempts) continue;
-    std::vector<std::shared_ptr<Inflight>> waits;
-    for (std::size_t i = static_cast<std::size_t>(plan.pool_blocks); i < plan.content_ids.size();
-         ++i) {
-      auto it = inflight_.find(plan.content_ids[i]);
-      if (it != inflight_.end()) waits.push_back(it->second);
+    if (first < out.plan.content_ids.size() && prefetches_finished_ != finished_before &&
+        attempt < kMaxPlanAttempts) {
+      continue;
     }
-    if (waits.empty() || attempt == kMaxAttempts) return plan;
+    for (std::size_t i = first; i < out.plan.content_ids.size(); ++i) {
+      auto it = inflight_.find(out.plan.content_ids[i]);
+      if (it == inflight_.end()) continue;
+      out.prefetching.push_back(it->second);
+      if (i == first) out.first_prefetching = true;
+    }
+    return out;
+  }
+}
+
+Result<RestorePlan> TieredCache::PlanAfterPrefetches(std::span<const Token> prompt,
+                                                     const SequenceOptions& options) {
+  for (int attempt = 1;; ++attempt) {
+    KVMESH_ASSIGN_OR_RETURN(CheckedPlan checked, PlanAgainstPrefetches(prompt, options));
+    if (checked.prefetching.empty() || attempt == kMaxPlanAttempts) return std::move(checked.plan);
+    MutexLock lock(&mu_);
     if (attempt == 1) ++counts_.prefetch_waits;
     AwaitCondition(cv_, mu_, [&]() KVMESH_NO_THREAD_SAFETY_ANALYSIS {
-      for (const auto& w : waits) {
+      for (const auto& w : checked.prefetching) {
         if (!w->done) return false;
       }
       return true;
@@ -178,15 +194,12 @@ Result<AddSequenceResult> TieredCache::AddSequence(RequestId request, std::span<
 
 Result<std::int64_t> TieredCache::Prefetch(std::span<const Token> prompt,
                                            const SequenceOptions& options) {
-  KVMESH_ASSIGN_OR_RETURN(const RestorePlan plan, manager_->PlanRestore(prompt, options));
+  KVMESH_ASSIGN_OR_RETURN(const CheckedPlan checked, PlanAgainstPrefetches(prompt, options));
+  const RestorePlan& plan = checked.plan;
   const std::span<const ContentId> candidates =
       std::span<const ContentId>(plan.content_ids)
           .subspan(static_cast<std::size_t>(plan.pool_blocks));
-  if (candidates.empty()) return 0;
-  {
-    MutexLock lock(&mu_);
-    if (inflight_.contains(candidates.front())) return 0;  // being prefetched
-  }
+  if (candidates.empty() || checked.first_prefetching) return 0;  // nothing, or being prefetched
   const std::int64_t held = engine_->CountHeld(candidates);
   if (held == 0) return 0;
   // As in AddSequence; held until the copies are done.

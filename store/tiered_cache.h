@@ -142,6 +142,15 @@ class TieredCache {
   struct Inflight;
 
   TieredCache() = default;
+  // A restore plan made when no prefetch finished during the planning, and the prefetches in
+  // flight for its candidates.
+  struct CheckedPlan {
+    RestorePlan plan;
+    std::vector<std::shared_ptr<Inflight>> prefetching;
+    bool first_prefetching = false;  // the first candidate is among them
+  };
+  Result<CheckedPlan> PlanAgainstPrefetches(std::span<const Token> prompt,
+                                            const SequenceOptions& options) KVMESH_EXCLUDES(mu_);
   // Plans; waits for prefetches of the candidates (then plans again).
   Result<RestorePlan> PlanAfterPrefetches(std::span<const Token> prompt,
                                           const SequenceOptions& options) KVMESH_EXCLUDES(mu_);

@@ -610,6 +610,29 @@ TEST(BlockManagerRestoreTest, KeyStoredMeanwhileWinsAndTheRestoredBlockIsFreed) 
   EXPECT_CONSISTENT(*m);
 }
 
+// A plan made before its first missing block was stored (or restored by a prefetch) is refused:
+// reserving for it would restore that block a second time.
+TEST(BlockManagerRestoreTest, APlanThatMissesABlockStoredSinceIsRefused) {
+  auto m = MakeManager(OnePoolConfig(8));
+  const auto prompt = Tokens(9);
+  auto plan = m->PlanRestore(prompt);
+  ASSERT_EQ(plan->pool_blocks, 0);
+  AddStoreRemove(*m, 1, Tokens(5));  // stores block 0 of the prompt
+  const Result<RestoreReservation> stale = m->ReserveRestore(prompt, {}, *plan, 2);
+  EXPECT_EQ(stale.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(m->GetStats().pools[0].pinned_blocks, 0);
+  auto fresh = m->PlanRestore(prompt);
+  ASSERT_EQ(fresh->pool_blocks, 1);
+  auto res = m->ReserveRestore(prompt, {}, *fresh, 1);
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->first_block(), 1);
+  auto pub = m->PublishRestore(std::move(*res), 1, /*keep_pinned=*/false);
+  ASSERT_TRUE(pub.ok());
+  EXPECT_EQ(pub->duplicates, 0);
+  EXPECT_EQ(m->LookupPrefix(prompt)->cached_blocks, 2);
+  EXPECT_CONSISTENT(*m);
+}
+
 TEST(BlockManagerRestoreTest, AbandonedReservationLeavesNothingBehind) {
   auto m = MakeManager(OnePoolConfig(4));
   AddStoreRemove(*m, 1, Tokens(5));

@@ -261,12 +261,12 @@ TEST(TieredCacheTest, APrefetchPublishedWhileTheAdmissionPlansIsNotRestoredAgain
   rig.Run(1, p, WholeBlocks());
   for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
   rig.engine().Drain();
+  ASSERT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 2);
   int plans = 0;
   rig.cache().SetAfterPlanForTesting([&] {
     ++plans;
     rig.cache().WaitForPrefetches();
   });
-  ASSERT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 2);
   auto r = rig.cache().AddSequence(RequestId{2}, p, WholeBlocks());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->reused_blocks, 2);
@@ -280,6 +280,27 @@ TEST(TieredCacheTest, APrefetchPublishedWhileTheAdmissionPlansIsNotRestoredAgain
   rig.cache().SetAfterPlanForTesting({});
   EXPECT_TRUE(rig.manager().CheckInvariants().ok());
   ASSERT_TRUE(rig.manager().RemoveSequence(RequestId{2}).ok());
+}
+
+// The same for a second prefetch of the prompt: it finds the blocks published, not a reason to
+// restore them again.
+TEST(TieredCacheTest, APrefetchFinishedWhileASecondOnePlansIsNotRestoredAgain) {
+  Rig rig(Small(4, 16));
+  const auto p = Doc(2 * kT, 7);
+  rig.Run(1, p, WholeBlocks());
+  for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
+  rig.engine().Drain();
+  ASSERT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 2);
+  rig.cache().SetAfterPlanForTesting([&] { rig.cache().WaitForPrefetches(); });
+  EXPECT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 0);
+  rig.cache().SetAfterPlanForTesting({});
+  rig.cache().WaitForPrefetches();
+  const TieredCacheStats s = rig.cache().stats();
+  EXPECT_EQ(s.prefetches, 1);
+  EXPECT_EQ(s.restore_duplicates, 0);
+  EXPECT_EQ(s.offload.onboard_host.blocks, 2);
+  EXPECT_EQ(rig.manager().LookupPrefix(p, WholeBlocks())->cached_tokens, 2 * kT);
+  EXPECT_TRUE(rig.manager().CheckInvariants().ok());
 }
 
 // An admission that restores a block from the host tier evicts pool blocks into that tier first
