@@ -141,7 +141,7 @@ Status StreamReceiver::Start(const std::string& from, std::span<const Token> pro
   s->start = Steady::now();
   s->deadline = deadline;
   BlockManager& m = cache_->manager();
-  KVMESH_ASSIGN_OR_RETURN(RestorePlan plan, m.PlanRestore(prompt, options));
+  KVMESH_ASSIGN_OR_RETURN(RestorePlan plan, cache_->PlanRestore(prompt, options));
   const auto candidates = [&] {
     return std::span<const ContentId>(plan.content_ids)
         .subspan(static_cast<std::size_t>(plan.pool_blocks));
@@ -149,12 +149,25 @@ Status StreamReceiver::Start(const std::string& from, std::span<const Token> pro
   if (cache_->engine().CountHeld(candidates()) > 0) {
     // The local tiers first: what they hold is not moved (as remote fetch does).
     if (cache_->Prefetch(prompt, options).ok()) cache_->WaitForPrefetches();
-    KVMESH_ASSIGN_OR_RETURN(plan, m.PlanRestore(prompt, options));
+    KVMESH_ASSIGN_OR_RETURN(plan, cache_->PlanRestore(prompt, options));
+  }
+  // The tree may change between the plan and the reservation (a block evicted, or stored by an
+  // admission meanwhile: kFailedPrecondition): plan again, a few times.
+  constexpr int kMaxPlans = 4;
+  for (int attempt = 1;; ++attempt) {
+    Result<RestoreReservation> reserved =
+        m.ReserveRestore(prompt, options, plan, plan.num_candidates());
+    if (reserved.ok()) {
+      s->reservation = std::move(*reserved);
+      break;
+    }
+    if (reserved.status().code() != StatusCode::kFailedPrecondition || attempt == kMaxPlans) {
+      return reserved.status();
+    }
+    KVMESH_ASSIGN_OR_RETURN(plan, cache_->PlanRestore(prompt, options));
   }
   s->wanted = static_cast<std::int64_t>(plan.content_ids.size());
   s->had = plan.pool_blocks;
-  KVMESH_ASSIGN_OR_RETURN(s->reservation,
-                          m.ReserveRestore(prompt, options, plan, plan.num_candidates()));
   out->set_wanted_blocks(s->wanted);
   out->set_had_blocks(s->had);
   out->set_moved_blocks(0);

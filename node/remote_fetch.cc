@@ -145,8 +145,25 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
                                                    std::chrono::steady_clock::time_point deadline) {
   BlockManager& m = cache_->manager();
   KVMESH_ASSIGN_OR_RETURN(std::shared_ptr<PeerLink> link, sessions_->Link(choice.node_id));
-  KVMESH_ASSIGN_OR_RETURN(RestoreReservation reserved,
-                          m.ReserveRestore(prompt, options, plan, choice.run));
+  // The tree may change between the plan and the reservation (kFailedPrecondition): the first
+  // missing blocks stored meanwhile, by an admission of the same prefix, or the chain evicted.
+  // Plan again: the holder's run still covers the blocks after those stored here. A chain evicted,
+  // or nothing left to fetch, is no failure: nothing is fetched.
+  constexpr int kMaxPlans = 4;
+  Result<RestoreReservation> reservation = m.ReserveRestore(prompt, options, plan, choice.run);
+  for (int attempt = 2; attempt <= kMaxPlans && !reservation.ok() &&
+                        reservation.status().code() == StatusCode::kFailedPrecondition;
+       ++attempt) {
+    KVMESH_ASSIGN_OR_RETURN(const RestorePlan again, m.PlanRestore(prompt, options));
+    const std::int64_t run = choice.run - (again.pool_blocks - plan.pool_blocks);
+    if (again.pool_blocks < plan.pool_blocks || run <= 0) return RemoteFetchResult{};
+    reservation = m.ReserveRestore(prompt, options, again, run);
+  }
+  if (!reservation.ok() && reservation.status().code() == StatusCode::kFailedPrecondition) {
+    KVMESH_LOG_DEBUG("remote fetch skipped error {}", reservation.status().ToString());
+    return RemoteFetchResult{};
+  }
+  KVMESH_ASSIGN_OR_RETURN(RestoreReservation reserved, std::move(reservation));
   if (reserved.empty()) return RemoteFetchResult{};
   const std::size_t pools = codecs_.size();
   const std::size_t n = static_cast<std::size_t>(reserved.count()) * pools;

@@ -58,13 +58,15 @@ Result<TieredCache::CheckedPlan> TieredCache::PlanAgainstPrefetches(
     std::span<const Token> prompt, const SequenceOptions& options) {
   for (int attempt = 1;; ++attempt) {
     std::int64_t finished_before = 0;
+    std::function<void()> after_plan;
     {
       MutexLock lock(&mu_);
       finished_before = prefetches_finished_;
+      if (after_plan_for_testing_) after_plan = after_plan_for_testing_;
     }
     CheckedPlan out;
     KVMESH_ASSIGN_OR_RETURN(out.plan, manager_->PlanRestore(prompt, options));
-    if (after_plan_for_testing_) after_plan_for_testing_();
+    if (after_plan) after_plan();
     MutexLock lock(&mu_);
     const auto first = static_cast<std::size_t>(out.plan.pool_blocks);
     // A prefetch that finished while the plan was made published blocks the plan may not show,
@@ -81,6 +83,12 @@ Result<TieredCache::CheckedPlan> TieredCache::PlanAgainstPrefetches(
     }
     return out;
   }
+}
+
+Result<RestorePlan> TieredCache::PlanRestore(std::span<const Token> prompt,
+                                             const SequenceOptions& options) {
+  KVMESH_ASSIGN_OR_RETURN(CheckedPlan checked, PlanAgainstPrefetches(prompt, options));
+  return std::move(checked.plan);
 }
 
 Result<RestorePlan> TieredCache::PlanAfterPrefetches(std::span<const Token> prompt,
@@ -256,6 +264,11 @@ Result<std::int64_t> TieredCache::Prefetch(std::span<const Token> prompt,
                           publisher_->Submit([finish, r = std::move(r)] { finish(r); });
                         });
   return n;
+}
+
+void TieredCache::SetAfterPlanForTesting(std::function<void()> f) {
+  MutexLock lock(&mu_);
+  after_plan_for_testing_ = std::move(f);
 }
 
 void TieredCache::WaitForPrefetches() {

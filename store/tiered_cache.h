@@ -125,6 +125,11 @@ class TieredCache {
   // (0: nothing to do, or a prefetch of them is already running). kInvalidArgument as AddSequence.
   Result<std::int64_t> Prefetch(std::span<const Token> prompt, const SequenceOptions& options = {})
       KVMESH_EXCLUDES(mu_);
+  // BlockManager::PlanRestore, made again when a prefetch finished while it was made (what it
+  // published may be missing from the plan). For restores outside the cache (remote fetch,
+  // handoff), which reserve themselves and plan again on kFailedPrecondition.
+  Result<RestorePlan> PlanRestore(std::span<const Token> prompt,
+                                  const SequenceOptions& options = {}) KVMESH_EXCLUDES(mu_);
   // Waits until every prefetch started so far is published.
   void WaitForPrefetches() KVMESH_EXCLUDES(mu_);
   // Blocks a remote fetch published into the pool for an admission (node/remote_fetch.h): the
@@ -136,7 +141,7 @@ class TieredCache {
 
   // Called by an admission between making its restore plan and checking it against the running
   // prefetches, on the admission's thread (tests: to finish a prefetch in that window).
-  void SetAfterPlanForTesting(std::function<void()> f) { after_plan_for_testing_ = std::move(f); }
+  void SetAfterPlanForTesting(std::function<void()> f) KVMESH_EXCLUDES(mu_);
 
  private:
   struct Inflight;
@@ -173,7 +178,7 @@ class TieredCache {
       KVMESH_GUARDED_BY(mu_);
   std::int64_t prefetches_running_ KVMESH_GUARDED_BY(mu_) = 0;
   std::int64_t prefetches_finished_ KVMESH_GUARDED_BY(mu_) = 0;  // published or failed
-  std::function<void()> after_plan_for_testing_;
+  std::function<void()> after_plan_for_testing_ KVMESH_GUARDED_BY(mu_);
   // Restored blocks not yet reused by an admission: where they came from (bounded).
   // Where a block not yet reused came from, for the admission that reuses it.
   enum class HitSource : std::uint8_t { kHost, kDisk, kRemote };

@@ -274,6 +274,54 @@ TEST(HandoffStreamTest, ACorruptedRangeIsRefusedBeforeItsConversion) {
 
 // The prefill engine announces one layer and then nothing (it died, or hangs): at the deadline
 // the decode node frees its reservation unpublished and the sender's pins go.
+// The decode node stores the prompt's first blocks itself (an admission of the same prefix) just
+// after the stream planned: the stream plans again and pulls only the blocks after them.
+TEST(HandoffStreamTest, BlocksStoredOnTheDecodeNodeAfterThePlanAreNotPulled) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a");
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto requests = Prompt(9000, 8);
+  ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
+  a->peers()->Upsert({.node_id = "node-b", .control_address = b->tcp_address()});
+  const std::vector<Token> tokens = TraceTokens(requests[0], kBlockTokens);
+  ASSERT_TRUE(a->cache().manager().AddSequence(kStreamed, tokens).ok());
+  std::atomic<bool> stored = false;
+  b->cache().SetAfterPlanForTesting([&] {
+    if (stored) return;
+    BlockManager& m = b->cache().manager();
+    const std::span<const Token> first(tokens.data(), 2 * kBlockTokens + 1);  // blocks 0 and 1
+    stored = m.AddSequence(RequestId{77}, first).ok() && m.StoreFullBlocks(RequestId{77}).ok() &&
+             m.RemoveSequence(RequestId{77}).ok();
+  });
+  Result<HandoffResult> r = a->handoff_sender()->HandOffStream(
+      "node-b", tokens, SequenceOptions{}, kStreamed, std::chrono::milliseconds(10000));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(stored);
+  EXPECT_TRUE(r->streaming);
+  EXPECT_EQ(r->wanted_blocks, 7);
+  EXPECT_EQ(r->had_blocks, 2);
+  ASSERT_TRUE(a->cache().manager().RemoveSequence(kStreamed).ok());
+  EXPECT_EQ(PrivateBlocks(*b),
+            5 * static_cast<std::int64_t>(a->handoff_sender()->PoolLayers().size()));
+  ASSERT_TRUE(
+      a->handoff_sender()->LayersReady(r->handoff_id, a->handoff_sender()->PoolLayers()).ok());
+  Result<HandoffResult> done = a->handoff_sender()->AwaitStream(r->handoff_id);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->had_blocks, 2);
+  EXPECT_EQ(done->moved_blocks, 5);
+  EXPECT_EQ(done->held_blocks, 7);
+  b->cache().SetAfterPlanForTesting({});
+  EXPECT_EQ(b->handoff_receiver()->stats().streams.moved_blocks, 5);
+  EXPECT_EQ(b->cache().stats().restore_duplicates, 0);
+  EXPECT_TRUE(WaitFor([&] { return PinnedBlocks(*a) == 0; }));
+  EXPECT_EQ(PinnedBlocks(*b), 0);
+  EXPECT_EQ(PrivateBlocks(*b), 0);
+  b->Shutdown();
+  a->Shutdown();
+}
+
 TEST(HandoffStreamTest, AnEngineThatStopsAnnouncingLeavesNothingAtTheDeadline) {
   Observed seen;  // outlives the nodes, whose pullers call it
   ScratchDir dir;

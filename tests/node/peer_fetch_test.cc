@@ -327,6 +327,47 @@ TEST(PeerFetchTest, HolderKilledMidFetchIsAMissWithinTheDeadlineAndComesBack) {
   b->Shutdown();
 }
 
+// The prompt's first blocks are stored here while the fetch asks where they are (an admission of
+// the same prefix computed them meanwhile): the fetch plans again and takes only the blocks after
+// them, none twice (the stale plan once fetched all of them again, its first two as duplicates).
+TEST(PeerFetchTest, APrefixStoredHereWhileTheFetchLocatesItIsNotFetchedAgain) {
+  ScratchDir dir;
+  std::unique_ptr<Node> a = StartPeerNode(dir.path() / "a", "node-a");
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const auto requests = Prompt(3000, 8);
+  ASSERT_EQ(RunOn(a->unix_socket(), requests).check_failures, 0);
+  b->peers()->Upsert({.node_id = "node-a", .control_address = a->tcp_address()});
+  const std::vector<Token> tokens = TraceTokens(requests[0], kBlockTokens);
+  ASSERT_GT(tokens.size(), static_cast<std::size_t>(4 * kBlockTokens));
+  AskPeersLocator ask(b->peers(), b->peer_sessions());
+  bool stored = false;
+  HookedLocator locator(&ask, [&] {
+    if (stored) return;
+    BlockManager& m = b->cache().manager();
+    const std::span<const Token> first(tokens.data(), 2 * kBlockTokens + 1);  // blocks 0 and 1
+    stored = m.AddSequence(RequestId{77}, first).ok() && m.StoreFullBlocks(RequestId{77}).ok() &&
+             m.RemoveSequence(RequestId{77}).ok();
+  });
+  RemoteFetcher fetcher(RemoteFetchOptions{}, &b->cache(), b->peer_sessions(), &locator,
+                        b->pools().views(), CodecsOf(*b));
+  RemoteFetchResult r = fetcher.Fetch(tokens, SequenceOptions{});
+  ASSERT_TRUE(stored);
+  const std::int64_t after = static_cast<std::int64_t>(tokens.size() - 1) / kBlockTokens - 2;
+  EXPECT_EQ(r.fetched, after);
+  r.pins.Release();
+  const RemoteFetchStats fs = fetcher.stats();
+  EXPECT_EQ(fs.fetches, 1);
+  EXPECT_EQ(fs.failed_fetches, 0);
+  EXPECT_EQ(fs.fetched_blocks, after);
+  EXPECT_EQ(a->peer_service()->stats().blocks_sent, after);  // none sent for nothing
+  EXPECT_EQ(b->cache().manager().LookupPrefix(tokens)->cached_blocks, 2 + after);
+  EXPECT_EQ(PinnedBlocks(*b), 0);
+  b->Shutdown();
+  a->Shutdown();
+}
+
 // The holder restarts at the same address (SIGTERM, a new process on the same port, a new
 // incarnation in the member table, as etcd membership gives it): B's first fetch after that goes
 // over a new link, not the old process's session, and every block arrives.
