@@ -99,8 +99,7 @@ RemoteFetcher::Choice RemoteFetcher::ChooseHolder(
 RemoteFetchResult RemoteFetcher::Fetch(std::span<const Token> prompt,
                                        const SequenceOptions& options) {
   const auto deadline = std::chrono::steady_clock::now() + options_.deadline;
-  BlockManager& m = cache_->manager();
-  Result<RestorePlan> plan = m.PlanRestore(prompt, options);
+  Result<RestorePlan> plan = cache_->PlanRestore(prompt, options);
   if (!plan.ok() || plan->num_candidates() == 0) return {};
   const auto candidates = [&] {
     return std::span<const ContentId>(plan->content_ids)
@@ -112,7 +111,7 @@ RemoteFetchResult RemoteFetcher::Fetch(std::span<const Token> prompt,
     // The local tiers first (the remote run must hang from the pool's chain).
     Result<std::int64_t> started = cache_->Prefetch(prompt, options);
     if (started.ok()) cache_->WaitForPrefetches();
-    plan = m.PlanRestore(prompt, options);
+    plan = cache_->PlanRestore(prompt, options);
     if (!plan.ok() || plan->num_candidates() == 0) return {};
     if (cache_->engine().CountHeld(candidates().first(1)) > 0) return {};
   }
@@ -154,7 +153,7 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
   for (int attempt = 2; attempt <= kMaxPlans && !reservation.ok() &&
                         reservation.status().code() == StatusCode::kFailedPrecondition;
        ++attempt) {
-    KVMESH_ASSIGN_OR_RETURN(const RestorePlan again, m.PlanRestore(prompt, options));
+    KVMESH_ASSIGN_OR_RETURN(const RestorePlan again, cache_->PlanRestore(prompt, options));
     const std::int64_t run = choice.run - (again.pool_blocks - plan.pool_blocks);
     if (again.pool_blocks < plan.pool_blocks || run <= 0) return RemoteFetchResult{};
     reservation = m.ReserveRestore(prompt, options, again, run);
