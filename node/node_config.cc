@@ -83,8 +83,27 @@ Problem CheckModel(const ModelSelection& m) {
   return std::nullopt;
 }
 
+// A scale of another dtype than the one configured would be ignored: refused instead.
+Problem CheckScaleDtype(const CacheConfig& c) {
+  const auto other = [&](std::string_view key, std::string_view owner) {
+    return At(StrCat("kv_cache.", key),
+              StrCat("a scale of dtype ", owner, ", and kv_cache.dtype is ", KvDtypeName(c.dtype),
+                     " (it would be ignored): remove it, or set dtype: ", owner));
+  };
+  if (c.dtype != KvDtype::kFP8PerTensor && c.fp8_per_tensor_scale) {
+    return other("fp8_per_tensor_scale", "fp8_per_tensor");
+  }
+  if (c.dtype != KvDtype::kNVFP4 && c.nvfp4_global_scale)
+    return other("nvfp4_global_scale", "nvfp4");
+  if (c.dtype != KvDtype::kNVFP4 && c.nvfp4_expected_amax) {
+    return other("nvfp4_expected_amax", "nvfp4");
+  }
+  return std::nullopt;
+}
+
 Problem CheckKvCache(const NodeConfig& c) {
   if (Problem p = CheckCache(c)) return p;
+  if (Problem p = CheckScaleDtype(c.kv_cache.cache)) return p;
   const KvCacheSection& k = c.kv_cache;
   if (k.secondary_offload_min_priority < kMinPriority ||
       k.secondary_offload_min_priority > kMaxOffloadMinPriority) {

@@ -142,6 +142,15 @@ TEST(NodeConfigTest, BadValuesNameTheKeyAndItsLine) {
       {"kv_cache:\n  nvfp4_global_scale: 1\n  nvfp4_expected_amax: 2\n",
        "kvnode.yaml:2: kv_cache.nvfp4_global_scale: nvfp4_global_scale and nvfp4_expected_amax "
        "are both given: give one (gs = 448*6/amax)"},
+      {"kv_cache:\n  dtype: fp8\n  fp8_per_tensor_scale: 0.5\n",
+       "kvnode.yaml:3: kv_cache.fp8_per_tensor_scale: a scale of dtype fp8_per_tensor, and "
+       "kv_cache.dtype is fp8 (it would be ignored): remove it, or set dtype: fp8_per_tensor"},
+      {"kv_cache:\n  nvfp4_global_scale: 2\n",
+       "kvnode.yaml:2: kv_cache.nvfp4_global_scale: a scale of dtype nvfp4, and kv_cache.dtype is "
+       "bf16 (it would be ignored): remove it, or set dtype: nvfp4"},
+      {"kv_cache:\n  dtype: int8\n  nvfp4_expected_amax: 3\n",
+       "kvnode.yaml:3: kv_cache.nvfp4_expected_amax: a scale of dtype nvfp4, and kv_cache.dtype is "
+       "int8 (it would be ignored): remove it, or set dtype: nvfp4"},
       {"kv_cache:\n  secondary_offload_min_priority: 102\n",
        "kvnode.yaml:2: kv_cache.secondary_offload_min_priority: 102 is not in 0..101 (101: "
        "offload nothing)"},

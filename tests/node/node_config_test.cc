@@ -80,7 +80,7 @@ kv_cache:
   copy_threads: 3
   nvfp4_global_scale: null
   nvfp4_expected_amax: 3.5
-  fp8_per_tensor_scale: 0.25
+  fp8_per_tensor_scale: null
 disk_tier:
   enabled: false
   path: /ssd/kv
@@ -159,7 +159,6 @@ NodeConfig EveryKeyExpected() {
   c.max_tokens = 256000;
   c.pool_shares = {0.25, 0.75};
   c.nvfp4_expected_amax = 3.5f;
-  c.fp8_per_tensor_scale = 0.25f;
   e.kv_cache.enable_block_reuse = false;
   e.kv_cache.enable_partial_reuse = false;
   e.kv_cache.eviction_policy = EvictionPolicyKind::kLru;
@@ -202,7 +201,8 @@ TEST(NodeConfigTest, EveryKeySetToANonDefaultValueIsRead) {
   // The text names every key of the documented default, and only those.
   EXPECT_EQ(KeyPaths(kEveryKey), KeyPaths(DefaultNodeConfigYaml()));
   // Every field differs from its default, so a key read into the wrong field would show. The
-  // three left at their default here (one nvfp4 scale, two secret sources) have their own tests.
+  // four left at their default here (the scales of other dtypes, two secret sources) have their
+  // own tests.
   const NodeConfig d;
   EXPECT_NE(expected.node_id, d.node_id);
   EXPECT_NE(expected.data_dir, d.data_dir);
@@ -219,7 +219,6 @@ TEST(NodeConfigTest, EveryKeySetToANonDefaultValueIsRead) {
   EXPECT_NE(c.max_tokens, d.kv_cache.cache.max_tokens);
   EXPECT_NE(c.pool_shares, d.kv_cache.cache.pool_shares);
   EXPECT_NE(c.nvfp4_expected_amax, d.kv_cache.cache.nvfp4_expected_amax);
-  EXPECT_NE(c.fp8_per_tensor_scale, d.kv_cache.cache.fp8_per_tensor_scale);
   EXPECT_NE(expected.kv_cache.enable_block_reuse, d.kv_cache.enable_block_reuse);
   EXPECT_NE(expected.kv_cache.enable_partial_reuse, d.kv_cache.enable_partial_reuse);
   EXPECT_NE(expected.kv_cache.eviction_policy, d.kv_cache.eviction_policy);
@@ -274,6 +273,8 @@ TEST(NodeConfigTest, EveryKeySetToANonDefaultValueIsRead) {
 TEST(NodeConfigTest, TheOtherScaleAndSecretSources) {
   NodeConfig c = ParseOk("kv_cache:\n  dtype: nvfp4\n  nvfp4_global_scale: 2.5\n");
   EXPECT_EQ(c.kv_cache.cache.nvfp4_global_scale, 2.5f);
+  c = ParseOk("kv_cache:\n  dtype: fp8_per_tensor\n  fp8_per_tensor_scale: 0.25\n");
+  EXPECT_EQ(c.kv_cache.cache.fp8_per_tensor_scale, 0.25f);
   c = ParseOk("control:\n  secret: 0123456789abcdef0123\n");
   EXPECT_EQ(c.control.secret, "0123456789abcdef0123");
   c = ParseOk("control:\n  secret_file: /etc/kvmesh/secret\n");
@@ -314,7 +315,7 @@ TEST(NodeConfigTest, UnitsOfSizesDurationsAndCounts) {
 
 TEST(NodeConfigTest, NullWhereTheFieldIsOptional) {
   const NodeConfig c = ParseOk(
-      "kv_cache:\n  max_tokens: 100\n  pool_shares: [1]\n  nvfp4_expected_amax: 2\n"
+      "kv_cache:\n  dtype: fp8_per_tensor\n  max_tokens: 100\n  pool_shares: [1]\n"
       "  fp8_per_tensor_scale: 3\n");
   ASSERT_TRUE(c.kv_cache.cache.max_tokens && c.kv_cache.cache.fp8_per_tensor_scale);
   for (const char* null : {"null", "~", ""}) {
