@@ -70,11 +70,21 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "YAML config file (default: the embedded default)");
   app.add_flag("--print-default-config", print_default,
                "print the default config, every key documented, and exit");
-  app.add_option("--check-config", check_path, "validate a config file and exit");
+  app.add_option("--check-config", check_path,
+                 "validate a config file (without one: the --config file) and exit")
+      ->expected(0, 1);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int code = app.exit(e);  // prints the help, or the error
+    return code == 0 ? 0 : 2;      // a bad command line is a bad config: 2 (not restarted)
+  }
+  if (app.count("--check-config") > 0 && check_path.empty()) {
+    if (config_path.empty()) {
+      std::fprintf(stderr, "kvnode: --check-config needs a file: give it one, or --config FILE\n");
+      return 2;
+    }
+    check_path = config_path;
   }
   if (print_default) {
     std::cout << kvmesh::DefaultNodeConfigYaml();

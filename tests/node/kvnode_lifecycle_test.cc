@@ -148,6 +148,26 @@ TEST(KvnodeLifecycleTest, RefusesToStartWithOneClearLine) {
   const RunOutput valid = check("noenv", no_env);
   EXPECT_EQ(valid.status.code, 0);  // the service's environment is not ours
   EXPECT_THAT(valid.out, HasSubstr("noenv-check.yaml is valid"));
+  // --check-config without a file checks the --config file, in either order.
+  const auto noenv_config = (dir.path() / "noenv-check.yaml").string();
+  const RunOutput after =
+      RunToCompletion(KvnodePath(), {"--config", noenv_config, "--check-config"},
+                      dir.path() / "after", std::chrono::seconds(30));
+  EXPECT_EQ(after.status.code, 0) << after.err;
+  EXPECT_THAT(after.out, HasSubstr("noenv-check.yaml is valid"));
+  const RunOutput before =
+      RunToCompletion(KvnodePath(), {"--check-config", "--config", noenv_config},
+                      dir.path() / "before", std::chrono::seconds(30));
+  EXPECT_EQ(before.status.code, 0) << before.err;
+  const RunOutput nothing = RunToCompletion(KvnodePath(), {"--check-config"},
+                                            dir.path() / "nothing", std::chrono::seconds(30));
+  EXPECT_EQ(nothing.status.code, 2);
+  EXPECT_THAT(nothing.err, HasSubstr("--check-config needs a file"));
+  // A bad command line is a bad config to systemd too: exit 2, not CLI11's own codes.
+  const RunOutput unknown = RunToCompletion(KvnodePath(), {"--confg", noenv_config},
+                                            dir.path() / "unknown", std::chrono::seconds(30));
+  EXPECT_EQ(unknown.status.code, 2) << unknown.err;
+  EXPECT_THAT(unknown.err, HasSubstr("--confg"));
   // Each refusal is one line.
   for (const RunOutput* r : {&held, &sock, &port, &gpu, &nofile, &shortfile, &noenv}) {
     EXPECT_EQ(std::count(r->err.begin(), r->err.end(), '\n'), 1) << r->err;
