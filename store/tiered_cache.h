@@ -139,8 +139,9 @@ class TieredCache {
 
   [[nodiscard]] TieredCacheStats stats() const KVMESH_EXCLUDES(mu_);
 
-  // Called by an admission between making its restore plan and checking it against the running
-  // prefetches, on the admission's thread (tests: to finish a prefetch in that window).
+  // Called after each restore plan is made (an admission's, a prefetch's, PlanRestore's) and before
+  // it is checked against the prefetches, on the planning thread (tests: to change the tree or
+  // finish a prefetch in that window).
   void SetAfterPlanForTesting(std::function<void()> f) KVMESH_EXCLUDES(mu_);
 
  private:
@@ -179,8 +180,7 @@ class TieredCache {
   std::int64_t prefetches_running_ KVMESH_GUARDED_BY(mu_) = 0;
   std::int64_t prefetches_finished_ KVMESH_GUARDED_BY(mu_) = 0;  // published or failed
   std::function<void()> after_plan_for_testing_ KVMESH_GUARDED_BY(mu_);
-  // Restored blocks not yet reused by an admission: where they came from (bounded).
-  // Where a block not yet reused came from, for the admission that reuses it.
+  // Where a restored block not yet reused came from, for the admission that reuses it (bounded).
   enum class HitSource : std::uint8_t { kHost, kDisk, kRemote };
   std::unordered_map<ContentId, HitSource, ContentIdHash> sources_ KVMESH_GUARDED_BY(mu_);
   TieredCacheStats counts_ KVMESH_GUARDED_BY(mu_);
