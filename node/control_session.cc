@@ -305,13 +305,17 @@ class Session : public std::enable_shared_from_this<Session> {
                      rpc::ClientRole_Name(a.role()));
   }
 
+  // Counted once; closed once the answer is written. (Set after SendFrame, whose write completes
+  // at once when the socket takes it, the flag came too late: the connection stayed open until
+  // the handshake timeout, which counted it a second time.)
   void Reject(const std::string& why) {
     server_.auth_failures.fetch_add(1);
     KVMESH_LOG_WARN("handshake refused peer {} reason {}", peer_, why);
     rpc::Frame reply;
     SetError(reply.mutable_auth_result()->mutable_error(), Status::PermissionDenied(why));
-    SendFrame(reply);
     close_after_write_ = true;
+    SendFrame(reply);
+    if (!writing_) Close(why);
   }
 
   // ---- requests

@@ -94,10 +94,18 @@ Result<int> ResolveDevice(const DeviceSelection& d, int tp) {
   const int count = CudaDeviceCount();
   if (d.kind == DeviceSelection::Kind::kAuto) {
     if (count >= tp) return 0;
+    // The pools then take host memory (free_gpu_memory_fraction of it). With some GPUs seen that
+    // is a warning; with none it is a CPU host, or a GPU host whose driver is not loaded: the GPU
+    // host's config says `device: cuda:N`, which refuses to start then.
     if (count > 0) {
+      KVMESH_LOG_WARN(
+          "device auto chose cpu: tensor_parallel_size {} needs {} CUDA devices, {} visible; the "
+          "pools are in host memory (device: cuda:0 refuses to start instead)",
+          tp, tp, count);
+    } else {
       KVMESH_LOG_INFO(
-          "device auto chose cpu: tensor_parallel_size {} needs {} CUDA devices, {} visible", tp,
-          tp, count);
+          "device auto chose cpu: no CUDA device visible; the pools are in host memory (device: "
+          "cuda:0 refuses to start instead)");
     }
     return -1;
   }

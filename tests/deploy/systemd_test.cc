@@ -5,7 +5,8 @@
 // and the config it names agree (data_dir in the StateDirectory, the socket in the
 // RuntimeDirectory, the secret files in /etc/kvmesh, which the unit leaves readable, and a reload
 // that sends SIGHUP, which re-reads them); its kvnode flags exist and the config passes
-// `kvnode --check-config`; the node tells systemd when it is ready (Type=notify:
+// `kvnode --check-config` (run by nothing before the start: an ExecStartPre= failing would be
+// restarted forever); the node tells systemd when it is ready (Type=notify:
 // node_kvnode_systemd_test) and the stop timeout leaves time for the shutdown flush.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -88,6 +89,10 @@ TEST_F(SystemdTest, TheUnitAndItsConfigAgreeAndSystemdAcceptsTheUnit) {
   EXPECT_EQ(One(s, "Type"), "notify");
   EXPECT_EQ(One(s, "RestartPreventExitStatus"), "2");  // a bad config: restarts fail the same way
   EXPECT_GE(DurationSeconds(One(s, "TimeoutStopSec")), 60);
+  // RestartPreventExitStatus applies to the main process only: a bad config failing an
+  // ExecStartPre (kvnode --check-config, exit 2) would be restarted every RestartSec, forever.
+  EXPECT_EQ(s.count("ExecStartPre"), 0u)
+      << "RestartPreventExitStatus=2 does not cover ExecStartPre=; kvnode checks its config itself";
   const std::string exec = One(s, "ExecStart");
   const std::string bin = "/usr/local/bin/kvnode";
   ASSERT_TRUE(exec.starts_with(bin + " ")) << exec;

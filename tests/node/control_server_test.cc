@@ -295,6 +295,29 @@ TEST_F(ControlServerTest, ASecondSecretIsAcceptedAndSetSecretsAppliesToLaterHand
   EXPECT_EQ(server_->stats().auth_failures, 2);
 }
 
+// A refused handshake is counted once and its connection closed at once: it once stayed open
+// until the handshake timeout, which counted it again (KvmeshAuthFailures fired at 3 wrong
+// secrets, not 6), holding a connection slot all that time.
+TEST_F(ControlServerTest, ARefusedHandshakeIsCountedOnceAndClosedAtOnce) {
+  Start(2, {}, std::chrono::milliseconds{300000}, std::chrono::milliseconds{3000});
+  NodeClientOptions o;
+  o.address = socket_;
+  o.secret = "not-the-secret-0123456789";
+  o.request_timeout = std::chrono::seconds(20);
+  for (bool tcp : {false, true}) {
+    if (tcp) o.address = server_->tcp_address();
+    EXPECT_EQ(NodeClient::Connect(o).status().code(), StatusCode::kPermissionDenied);
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (server_->stats().connections > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(server_->stats().connections, 0) << "a refused connection is still open";
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));  // past the handshake timeout
+  EXPECT_EQ(server_->stats().auth_failures, 2);
+  EXPECT_NE(Connect(), nullptr);
+}
+
 TEST_F(ControlServerTest, PipelinedRequestsAreAnsweredInOrder) {
   for (const int io_threads : {1, 2}) {
     Start(io_threads);
