@@ -91,7 +91,7 @@ Result<HandoffResult> HandoffSender::HandOff(const std::string& to, std::span<co
   if (!r.ok()) {
     if (r.status().code() == StatusCode::kPeerUnreachable ||
         r.status().code() == StatusCode::kTimedOut) {
-      sessions_->MarkFailed(to);
+      sessions_->MarkFailed(to, /*transfer_failed=*/false);
     }
     KVMESH_LOG_WARN("handoff failed to {} pinned {} error {}", to, out.pinned_blocks,
                     r.status().ToString());

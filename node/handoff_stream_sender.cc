@@ -161,7 +161,7 @@ Result<HandoffResult> HandoffSender::HandOffStream(
   if (!r.ok()) {
     if (r.status().code() == StatusCode::kPeerUnreachable ||
         r.status().code() == StatusCode::kTimedOut) {
-      sessions_->MarkFailed(to);
+      sessions_->MarkFailed(to, /*transfer_failed=*/false);
     }
     EndLocked(*s, r.status(), &released);
     streams_.erase(s->id);
@@ -287,7 +287,7 @@ void HandoffSender::Send(const Forward& f) {
     l->set_cancel(f.cancel);
     st = (*link)->Call(std::move(req)).status();
     if (st.code() == StatusCode::kPeerUnreachable || st.code() == StatusCode::kTimedOut) {
-      sessions_->MarkFailed(f.to);
+      sessions_->MarkFailed(f.to, /*transfer_failed=*/false);
     }
   } else {
     st = link.status();
@@ -383,7 +383,8 @@ Status HandoffSender::ServeLayers(const SessionInfo& session, const rpc::FetchBl
   if (!sent.ok()) {
     if (sent.status().code() == StatusCode::kPeerUnreachable ||
         sent.status().code() == StatusCode::kTimedOut) {
-      sessions_->MarkFailed(session.client_name);
+      sessions_->MarkFailed(session.client_name,
+                            sent.status().code() == StatusCode::kPeerUnreachable);
     }
     return sent.status().WithContext(StrCat("fetch_blocks layers to ", session.client_name));
   }

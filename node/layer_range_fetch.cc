@@ -159,7 +159,8 @@ Status LayerRangeFetcher::FetchRun(PeerLink& link, std::uint64_t handoff_id,
     if (answer.status().code() == StatusCode::kPeerUnreachable ||
         answer.status().code() == StatusCode::kTimedOut ||
         grant_status.code() == StatusCode::kPeerUnreachable) {
-      options_.sessions->MarkFailed(link.node_id());
+      options_.sessions->MarkFailed(link.node_id(),
+                                    grant_status.code() == StatusCode::kPeerUnreachable);
     }
     return answer.status().WithContext("fetch layer ranges");
   }
@@ -167,7 +168,7 @@ Status LayerRangeFetcher::FetchRun(PeerLink& link, std::uint64_t handoff_id,
   const ArrivalDecoder::Outcome decoded = decoder.Finish();
   ++stats_.runs;
   if (!st.ok()) {
-    options_.sessions->MarkFailed(link.node_id());
+    options_.sessions->MarkFailed(link.node_id(), st.code() == StatusCode::kPeerUnreachable);
     return st.WithContext("layer range grant");
   }
   for (const Slice& s : slices) stats_.bytes += static_cast<std::int64_t>(s.length);

@@ -276,7 +276,7 @@ Status PeerService::FetchBlocks(const SessionInfo& session, const rpc::FetchBloc
   }
   if (!st.ok()) {
     if (st.code() == StatusCode::kPeerUnreachable || st.code() == StatusCode::kTimedOut) {
-      sessions_->MarkFailed(session.client_name);
+      sessions_->MarkFailed(session.client_name, st.code() == StatusCode::kPeerUnreachable);
     }
     return st.WithContext(StrCat("fetch_blocks send to ", session.client_name));
   }

@@ -223,10 +223,10 @@ Result<std::shared_ptr<PeerLink>> PeerSessions::Link(const std::string& node_id,
   return link;
 }
 
-void PeerSessions::MarkFailed(const std::string& node_id) {
+void PeerSessions::MarkFailed(const std::string& node_id, bool transfer_failed) {
   MutexLock lock(&mu_);
   links_.erase(node_id);
-  connected_.erase(node_id);
+  if (transfer_failed) connected_.erase(node_id);
   ++stats_.link_failures;
 }
 

@@ -128,8 +128,15 @@ class PeerSessions {
   Result<std::shared_ptr<PeerLink>> Link(const std::string& node_id,
                                          std::chrono::milliseconds within = {})
       KVMESH_EXCLUDES(mu_);
-  // Drops the link and forgets the engine connection (the next Link connects both again).
-  void MarkFailed(const std::string& node_id) KVMESH_EXCLUDES(mu_);
+  // Drops the link (the next Link connects and says hello again). `transfer_failed`: a transfer
+  // to or from the peer failed on its engine connection (kPeerUnreachable), which is then
+  // forgotten and made again by that hello. Otherwise (a call timed out, the control connection
+  // broke) the engine connection is kept: re-making it force-closes the one both sides share
+  // (UCX matches the two nodes' endpoints), failing the peer's connection too, and two nodes that
+  // only waited for each other (one stopped a while) then re-made theirs in turn, each closing the
+  // other's, and never fetched again. A peer that restarted has a new address: its hello
+  // connects again anyway.
+  void MarkFailed(const std::string& node_id, bool transfer_failed) KVMESH_EXCLUDES(mu_);
 
   // The node side of PeerHello, for a session of role PEER whose client name is the claimed id.
   // kPermissionDenied: another role or a node id that is not the session's client name.

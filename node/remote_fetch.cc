@@ -35,7 +35,9 @@ Result<std::vector<std::vector<BlockHolder>>> AskPeersLocator::Locate(
     Result<rpc::Response> r = (*link)->Call(std::move(req));
     if (!r.ok()) {
       KVMESH_LOG_WARN("have_blocks failed peer {} error {}", peer.node_id, r.status().ToString());
-      if (r.status().code() == StatusCode::kPeerUnreachable) sessions_->MarkFailed(peer.node_id);
+      if (r.status().code() == StatusCode::kPeerUnreachable) {
+        sessions_->MarkFailed(peer.node_id, /*transfer_failed=*/false);
+      }
       continue;
     }
     const auto held = std::clamp<std::int64_t>(r->have_blocks().held_blocks(), 0,
@@ -228,14 +230,14 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
     if (answer.status().code() == StatusCode::kPeerUnreachable ||
         answer.status().code() == StatusCode::kTimedOut ||
         grant_status.code() == StatusCode::kPeerUnreachable) {
-      sessions_->MarkFailed(choice.node_id);
+      sessions_->MarkFailed(choice.node_id, grant_status.code() == StatusCode::kPeerUnreachable);
     }
     return answer.status();  // the reservation is freed unpublished; the lease after the wait
   }
   Status st = op.Wait();
   const ArrivalDecoder::Outcome decoded = decoder.Finish();
   if (!st.ok()) {
-    sessions_->MarkFailed(choice.node_id);
+    sessions_->MarkFailed(choice.node_id, st.code() == StatusCode::kPeerUnreachable);
     return st.WithContext("fetch grant");
   }
   std::int64_t bytes = 0;

@@ -368,6 +368,58 @@ TEST(PeerFetchTest, APrefixStoredHereWhileTheFetchLocatesItIsNotFetchedAgain) {
   a->Shutdown();
 }
 
+// The holder stops (SIGSTOP) during a fetch for longer than the fetch's deadline, then goes on.
+// The requester says hello again while the holder's old send is still failing; that failure once
+// made the holder forget the new hello's engine connection, and every later fetch was refused
+// ("has not said hello") until a node restarted. Now the holder is used again.
+TEST(PeerFetchTest, AHolderPausedPastTheDeadlineIsUsedAgainWhenItGoesOn) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir.path() / "a");
+  auto a = KvnodeProcess::Start(dir.path() / "a", PeerConfig(dir.path() / "a", "node-a"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  const auto requests = Prompt(3000, 8);
+  ASSERT_EQ(RunOn((*a)->unix_socket(), requests).check_failures, 0);
+  std::unique_ptr<Node> b = StartPeerNode(dir.path() / "b", "node-b");
+  ASSERT_NE(b, nullptr);
+  b->peers()->Upsert({.node_id = "node-a", .control_address = (*a)->tcp_address()});
+
+  const pid_t pid = (*a)->process().pid();
+  std::thread resume;
+  AskPeersLocator ask(b->peers(), b->peer_sessions());
+  bool stopped = false;
+  HookedLocator locator(&ask, [&] {
+    if (stopped) return;
+    stopped = node_test::StopProcess(pid);
+    resume = std::thread([pid] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      ::kill(pid, SIGCONT);
+    });
+  });
+  RemoteFetchOptions o;
+  o.deadline = std::chrono::milliseconds(800);
+  RemoteFetcher fetcher(o, &b->cache(), b->peer_sessions(), &locator, b->pools().views(),
+                        CodecsOf(*b));
+  const std::vector<Token> tokens = TraceTokens(requests[0], kBlockTokens);
+  RemoteFetchResult first = fetcher.Fetch(tokens, SequenceOptions{});
+  ASSERT_TRUE(stopped);
+  EXPECT_EQ(first.fetched, 0);
+  first.pins.Release();
+  // Fetches go on while the holder is stopped and after it went on: one succeeds within seconds.
+  std::int64_t fetched = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (fetched == 0 && std::chrono::steady_clock::now() < until) {
+    RemoteFetchResult r = fetcher.Fetch(tokens, SequenceOptions{});
+    fetched = r.fetched;
+    r.pins.Release();
+    if (fetched == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (resume.joinable()) resume.join();
+  EXPECT_EQ(fetched, 7) << "the holder was not used again after it went on";
+  EXPECT_EQ(PinnedBlocks(*b), 0);
+  b->Shutdown();
+  EXPECT_TRUE((*a)->process().running());
+}
+
 // The holder restarts at the same address (SIGTERM, a new process on the same port, a new
 // incarnation in the member table, as etcd membership gives it): B's first fetch after that goes
 // over a new link, not the old process's session, and every block arrives.
