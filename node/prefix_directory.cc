@@ -169,7 +169,55 @@ void PrefixDirectory::Round() {
   PollEvents();
   ResyncIfDue();
   ApplyMembershipChange();
+  AskForHoldings();
+  RepublishToAskers();
   SendPending();
+}
+
+void PrefixDirectory::AskForHoldings() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_ask_ < std::chrono::seconds(1)) return;  // a member that is down: once a second
+  last_ask_ = now;
+  std::map<std::string, PeerInfo> members;
+  {
+    std::lock_guard lock(mu_);
+    members = members_;
+  }
+  for (const auto& [id, member] : members) {
+    if (asked_.contains(id)) continue;
+    rpc::DirectoryUpdateRequest req;
+    req.set_node_id(self_);
+    req.set_send_all(true);
+    const Status st = transport_->Update(member, req, config_.lookup_timeout);
+    if (st.ok()) {
+      asked_.insert(id);
+      KVMESH_LOG_DEBUG("directory asked {} for its holdings homed here", id);
+    } else {
+      KVMESH_LOG_DEBUG("directory could not ask {} for its holdings yet error {}", id,
+                       st.ToString());
+    }
+  }
+}
+
+void PrefixDirectory::RepublishToAskers() {
+  std::set<std::string> askers;
+  HomeRing ring;
+  {
+    std::lock_guard lock(mu_);
+    askers.swap(askers_);
+    ring = ring_;
+  }
+  if (askers.empty()) return;
+  std::int64_t queued = 0;
+  for (const HoldingUpdate& u : holdings_.All()) {
+    if (askers.contains(ring.HomeOf(u.id))) {
+      pending_[u.id] = u;
+      ++queued;
+    }
+  }
+  republished_.fetch_add(queued);
+  KVMESH_LOG_INFO("directory republish to {} (it asked: its shard is new) holdings {}",
+                  StrJoin(askers, ","), queued);
 }
 
 void PrefixDirectory::PollEvents() {
@@ -324,6 +372,11 @@ Status PrefixDirectory::ApplyUpdate(const rpc::DirectoryUpdateRequest& req) {
   }
   shard_.Apply(req.node_id(), updates);
   updates_received_.fetch_add(static_cast<std::int64_t>(updates.size()));
+  if (req.send_all()) {
+    std::lock_guard lock(mu_);
+    askers_.insert(req.node_id());
+    wake_.notify_all();
+  }
   return Status::Ok();
 }
 

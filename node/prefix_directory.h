@@ -135,6 +135,10 @@ class PrefixDirectory final : public PrefixLocator {
   void PollEvents();
   void ResyncIfDue();
   void ApplyMembershipChange();
+  // Asks each member not asked yet for what it holds homed here (send_all), once it answers.
+  void AskForHoldings();
+  // Queues every holding homed at the members that asked (send_all).
+  void RepublishToAskers();
   void SendPending();
 
   const DirectorySection config_;
@@ -153,6 +157,7 @@ class PrefixDirectory final : public PrefixLocator {
   bool members_changed_ = true;              // guarded by mu_
   HomeRing ring_;                            // guarded by mu_
   std::map<std::string, PeerInfo> members_;  // guarded by mu_ (peers only)
+  std::set<std::string> askers_;             // guarded by mu_: members that sent send_all
 
   // Publisher thread only.
   std::uint64_t next_seq_ = 1;
@@ -160,6 +165,8 @@ class PrefixDirectory final : public PrefixLocator {
   bool resynced_ = false;
   std::chrono::steady_clock::time_point last_resync_;
   std::map<std::string, std::uint64_t> incarnations_;
+  std::set<std::string> asked_;  // members that answered this node's send_all
+  std::chrono::steady_clock::time_point last_ask_;
   // Changes not yet acknowledged by their home, latest state per id.
   std::map<ContentId, HoldingUpdate> pending_;
 

@@ -304,5 +304,60 @@ TEST(ClusterDirectoryTest, AnUpdateToARestartedHomeGoesThroughTheFirstTime) {
   EXPECT_EQ(st->cluster().directory_shard_ids(), 1);
 }
 
+// Static membership: a member that restarts with an empty shard keeps no incarnation to tell the
+// others so. It asks each member for what it holds homed there (send_all), and they send it all:
+// the holder it restarted behind is found again. (Before, resyncs sent only changes, and the
+// restarted node's shard stayed empty of the others' entries: a lookup from it found no holder.)
+TEST(ClusterDirectoryTest, AStaticMemberThatRestartsGetsItsHomedEntriesAgain) {
+  ScratchDir dir;
+  const int port_a = node_test::FreeLoopbackPort();
+  int port_b = node_test::FreeLoopbackPort();
+  while (port_b == port_a) port_b = node_test::FreeLoopbackPort();
+  const auto config = [&](const std::string& id, int port) {
+    std::string y = node_test::TestConfig(
+        dir.path() / id, 4096, "", "",
+        StrCat("cluster:\n  membership: static\n  peers:\n    - {node_id: a, address: "
+               "\"127.0.0.1:",
+               port_a, "\"}\n    - {node_id: b, address: \"127.0.0.1:", port_b,
+               "\"}\n  directory:\n    batch_ms: ", kBatchMs, "\n"));
+    const auto replace = [&y](const std::string& from, const std::string& to) {
+      y.replace(y.find(from), from.size(), to);
+    };
+    replace("node_id: test-node", "node_id: " + id);
+    replace("tcp_listen: 127.0.0.1:0", StrCat("tcp_listen: 127.0.0.1:", port));
+    std::filesystem::create_directories(dir.path() / id);
+    return y;
+  };
+  auto a = KvnodeProcess::Start(dir.path() / "a", config("a", port_a));
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = KvnodeProcess::Start(dir.path() / "b", config("b", port_b));
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto engine = (*a)->Connect("engine-a");
+  ASSERT_TRUE(engine.ok());
+  const std::vector<Token> p = Prompt(12, 5000);  // 12 ids: some homed at B
+  ASSERT_TRUE((*engine)->Admit(1, p).ok());
+  ASSERT_TRUE((*engine)->StoreFullBlocks(1).ok());
+  ASSERT_TRUE((*engine)->Release(1).ok());
+  const auto all_of_a = [](const rpc::ClusterLookupResponse& r) {
+    return r.members() == 2 && PrefixOf(r, "a") == 12 * kT;
+  };
+  {
+    auto from_b = (*b)->Connect("router-b");
+    ASSERT_TRUE(from_b.ok());
+    ASSERT_TRUE(Until(**from_b, p, all_of_a, 10s).has_value()) << (*b)->process().Stderr();
+  }
+  // B restarts with an empty data_dir (its shard is new); A holds on, with nothing new to send.
+  ASSERT_TRUE((*b)->Terminate().has_value());
+  b->reset();
+  std::filesystem::remove_all(dir.path() / "b");
+  b = KvnodeProcess::Start(dir.path() / "b", config("b", port_b));
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto from_b = (*b)->Connect("router-b");
+  ASSERT_TRUE(from_b.ok());
+  EXPECT_TRUE(Until(**from_b, p, all_of_a, 10s).has_value())
+      << "B's shard never got A's entries back\n"
+      << (*b)->process().Stderr();
+}
+
 }  // namespace
 }  // namespace kvmesh
