@@ -17,34 +17,34 @@ Result<std::int64_t> ParseQuantity(std::string_view text, bool allow_b, std::str
   if (s.empty()) return Status::InvalidArgument(StrCat("empty ", what));
 
   if (allow_b && !s.empty() && s.back() == 'b') s.pop_back();
-  double multiplier = 1;
+  std::uint64_t multiplier = 1;
   if (!s.empty() && s.back() == 'i') {
     s.pop_back();
     if (s.empty()) return Status::InvalidArgument(StrCat("bad ", what, " '", original, "'"));
     switch (s.back()) {
-      case 'k': multiplier = 1024.0; break;
-      case 'm': multiplier = 1024.0 * 1024; break;
-      case 'g': multiplier = 1024.0 * 1024 * 1024; break;
-      case 't': multiplier = 1024.0 * 1024 * 1024 * 1024; break;
+      case 'k': multiplier = 1ULL << 10; break;
+      case 'm': multiplier = 1ULL << 20; break;
+      case 'g': multiplier = 1ULL << 30; break;
+      case 't': multiplier = 1ULL << 40; break;
       default: return Status::InvalidArgument(StrCat("bad unit in ", what, " '", original, "'"));
     }
     s.pop_back();
   } else if (!s.empty()) {
     switch (s.back()) {
       case 'k':
-        multiplier = 1e3;
+        multiplier = 1'000;
         s.pop_back();
         break;
       case 'm':
-        multiplier = 1e6;
+        multiplier = 1'000'000;
         s.pop_back();
         break;
       case 'g':
-        multiplier = 1e9;
+        multiplier = 1'000'000'000;
         s.pop_back();
         break;
       case 't':
-        multiplier = 1e12;
+        multiplier = 1'000'000'000'000;
         s.pop_back();
         break;
       default: break;
@@ -58,19 +58,35 @@ Result<std::int64_t> ParseQuantity(std::string_view text, bool allow_b, std::str
                  "': expected a non-negative number with an optional unit (e.g. ", example, ")"));
     }
   }
-  char* end = nullptr;
-  const double number = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size()) {
+  // In integers, exactly: through a double, 1.07G was 1070000000.0000001, "not a whole number".
+  const std::size_t dot = s.find('.');
+  const std::string_view whole = std::string_view(s).substr(0, dot);
+  const std::string_view fraction =
+      dot == std::string::npos ? std::string_view() : std::string_view(s).substr(dot + 1);
+  if ((whole.empty() && fraction.empty()) || fraction.find('.') != std::string_view::npos ||
+      fraction.size() > 18) {
     return Status::InvalidArgument(StrCat("bad ", what, " '", original, "'"));
   }
-  const double value = number * multiplier;
-  if (value >= 0x1p62) {  // far beyond any memory size, and exactly representable
+  constexpr unsigned __int128 kLimit = static_cast<unsigned __int128>(1) << 62;
+  unsigned __int128 number = 0;  // whole and fraction digits together
+  unsigned __int128 scale = 1;   // 10^(fraction digits)
+  for (const char c : whole) {
+    number = number * 10 + static_cast<unsigned>(c - '0');
+    if (number >= kLimit)
+      return Status::InvalidArgument(StrCat(what, " '", original, "' is too large"));
+  }
+  for (const char c : fraction) {
+    number = number * 10 + static_cast<unsigned>(c - '0');
+    scale *= 10;
+  }
+  const unsigned __int128 scaled = number * multiplier;  // < 2^62 * 10^18 * 2^40: fits
+  if (scaled / scale >= kLimit) {                        // far beyond any memory size
     return Status::InvalidArgument(StrCat(what, " '", original, "' is too large"));
   }
-  if (value != std::floor(value)) {
+  if (scaled % scale != 0) {
     return Status::InvalidArgument(StrCat(what, " '", original, "' is not a whole number"));
   }
-  return static_cast<std::int64_t>(value);
+  return static_cast<std::int64_t>(scaled / scale);
 }
 
 }  // namespace
