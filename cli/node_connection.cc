@@ -132,11 +132,13 @@ Result<NodeTarget> ResolveNodeTarget(const NodeConnectionFlags& flags) {
   }
   if (HasSecret(flags.secret)) {
     t.secret = flags.secret;
+    t.secret.value_origin = "--secret";
     t.origin = "flags";
   } else if (!Env(kDefaultSecretEnv).empty() || !HasSecret(file.secret)) {
     t.origin = "environment";  // LoadSecret reads KVMESH_SECRET (and says so when it is unset)
   } else {
     t.secret = file.secret;
+    t.secret.value_origin = StrCat("config ", path);
     t.origin = StrCat("config ", path);
   }
   t.timeout_ms = flags.timeout_ms > 0  ? flags.timeout_ms

@@ -59,7 +59,7 @@ Result<LoadedSecret> LoadSecret(const SecretSource& source) {
   }
   Result<LoadedSecret> loaded = Status::Internal("unreachable");
   if (!source.value.empty()) {
-    loaded = LoadedSecret{source.value, "config", ""};
+    loaded = LoadedSecret{source.value, source.value_origin, ""};
   } else if (!source.env.empty()) {
     loaded = FromEnv(source.env);
   } else if (!source.file.empty()) {

@@ -24,8 +24,9 @@ inline constexpr const char* kDefaultSecretEnv = "KVMESH_SECRET";
 
 struct SecretSource {
   std::string value;
-  std::string env;   // name of an environment variable
-  std::string file;  // path
+  std::string env;                      // name of an environment variable
+  std::string file;                     // path
+  std::string value_origin = "config";  // where `value` was given (LoadedSecret::origin)
 };
 
 struct LoadedSecret {

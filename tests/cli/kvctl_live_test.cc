@@ -440,7 +440,7 @@ TEST_F(KvctlLiveTest, AddressAndSecretFromTheEnvironmentOrAKvctlConfigFile) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   r = RunKvctl({"pools", "--config", config, "--secret", "wrong-secret-0123456789"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("refused the secret from config"));
+  EXPECT_THAT(r.err, HasSubstr("refused the secret from --secret")) << r.err;  // not "config"
   // A bad config file names the file, the line and the key.
   const std::string bad = (dir_.path() / "bad.yaml").string();
   { std::ofstream(bad) << "node: 127.0.0.1:7420\nsecrte: x\n"; }
