@@ -1,7 +1,8 @@
 // docker-compose.yml: it parses; the services the kvmesh image runs use only kvnode flags that
 // `kvnode --help` lists; every config mounted for --config exists in the tree and passes
 // `kvnode --check-config`; each such node keeps its data_dir on a named volume and has a stop
-// grace period long enough for its shutdown flush; the etcd and Prometheus services are there.
+// grace period long enough for its shutdown flush; each cluster node has the peer engine on (over
+// TCP); the etcd and Prometheus services are there.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -79,6 +80,13 @@ TEST(ComposeTest, KvnodeServicesUseRealFlagsAndLoadableConfigs) {
           << name << ": data_dir " << data_dir << " is not a volume";
       EXPECT_TRUE(compose["volumes"][mounts[data_dir]].IsDefined())
           << name << ": " << mounts[data_dir] << " is not a named volume";
+      // A cluster node moves blocks (fetch, handoff) only with the peer engine on; over TCP,
+      // since shared memory does not reach across containers.
+      if (config["cluster"].IsDefined()) {
+        EXPECT_TRUE(config["peer"]["enabled"].IsDefined() && config["peer"]["enabled"].as<bool>())
+            << name << ": a cluster node without peer.enabled moves no block";
+        EXPECT_EQ(config["peer"]["ucx_tls"].as<std::string>(""), "tcp") << name;
+      }
     }
     // Docker's default stop grace period, 10 s, would SIGKILL the node during its drain and the
     // shutdown flush (docs/kvnode.md, Stopping).
