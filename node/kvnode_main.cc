@@ -29,8 +29,12 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 #include "common/log.h"
 #include "node/logging.h"
@@ -58,6 +62,18 @@ int WaitForSignal(const sigset_t& set) {
   while (sigwait(&set, &sig) != 0) {
   }
   return sig;
+}
+
+// What the start would refuse about the config itself (kvmesh::CheckConfigForStart): exit 2, or
+// 1 when a model file is not there or unreadable (a mount that may come later, as for the secret
+// file). 0: nothing to refuse.
+int CheckForStart(const std::string& path, const kvmesh::NodeConfig& config) {
+  const kvmesh::Status st = kvmesh::CheckConfigForStart(config);
+  if (st.ok()) return 0;
+  std::fprintf(stderr, "kvnode: %s: %s\n", path.c_str(), st.message().c_str());
+  return st.code() == kvmesh::StatusCode::kNotFound || st.code() == kvmesh::StatusCode::kIoError
+             ? 1
+             : 2;
 }
 
 }  // namespace
@@ -101,13 +117,27 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kvnode: %s\n", valid.message().c_str());
       return 2;
     }
-    // A secret file is checked as a start would read it (exit codes as the start's). A secret
+    if (const int code = CheckForStart(check_path, *checked); code != 0) return code;
+    // Secret files are checked as a start would read them (exit codes as the start's). A secret
     // from the environment is not: the check's environment is not the service's.
     const kvmesh::ControlSection& control = checked->control;
-    if (!control.secret_file.empty() && control.secret.empty() && control.secret_env.empty()) {
-      auto secret = kvmesh::LoadSecret({"", "", control.secret_file});
+    for (const auto& [key, file] :
+         {std::pair<std::string_view, std::string>{"control.secret_file", control.secret_file},
+          {"control.second_secret_file", control.second_secret_file}}) {
+      if (file.empty() || (key == "control.secret_file" &&
+                           (!control.secret.empty() || !control.secret_env.empty()))) {
+        continue;
+      }
+      // The second secret's file may be missing or empty (no rotation under way), as at start.
+      if (key == "control.second_secret_file") {
+        std::error_code ec;
+        const auto size = std::filesystem::file_size(file, ec);
+        if (ec || size == 0) continue;
+      }
+      auto secret = kvmesh::LoadSecret({"", "", file});
       if (!secret.ok()) {
-        std::fprintf(stderr, "kvnode: %s\n", secret.status().message().c_str());
+        std::fprintf(stderr, "kvnode: %s: %.*s: %s\n", check_path.c_str(),
+                     static_cast<int>(key.size()), key.data(), secret.status().message().c_str());
         return secret.status().code() == kvmesh::StatusCode::kInvalidArgument ? 2 : 1;
       }
     }
@@ -120,6 +150,10 @@ int main(int argc, char** argv) {
   if (!config.ok()) {
     std::fprintf(stderr, "kvnode: %s\n", config.status().message().c_str());
     return 2;
+  }
+  if (const int code = CheckForStart(config_path.empty() ? "default config" : config_path, *config);
+      code != 0) {
+    return code;
   }
   if (auto st = kvmesh::SetupNodeLogging(config->logging.level, config->logging.format); !st.ok()) {
     std::fprintf(stderr, "kvnode: logging: %s\n", st.message().c_str());

@@ -78,7 +78,8 @@ Result<int> LockDataDir(const std::string& dir) {
 Result<ModelSpec> LoadModel(const ModelSelection& m) {
   Result<ModelSpec> spec =
       m.hf_config.empty() ? ModelPreset(m.preset) : LoadModelSpecFromHfConfig(m.hf_config);
-  if (!spec.ok()) return spec.status().WithContext("model");
+  if (!spec.ok())
+    return spec.status().WithContext(m.hf_config.empty() ? "model.preset" : "model.hf_config");
   if (!m.revision.empty()) spec->revision = m.revision;
   return spec;
 }
@@ -195,6 +196,14 @@ ControlServerOptions ServerOptions(const NodeConfig& c, std::string node_id,
 }
 
 }  // namespace
+
+Status CheckConfigForStart(const NodeConfig& c) {
+  KVMESH_ASSIGN_OR_RETURN(const ModelSpec model, LoadModel(c.model));
+  KVMESH_ASSIGN_OR_RETURN(const ModelSpec rank_model, RankModelSpec(model, c.tensor_parallel_size));
+  // Memory as no bound (1 PiB free): what the config alone decides.
+  constexpr std::int64_t kNoBound = std::int64_t{1} << 50;
+  return BuildPoolPlan(rank_model, c.EffectiveCacheConfig(), kNoBound).status();
+}
 
 RocksDbTierOptions DiskTierOptions(const NodeConfig& c) {
   const DiskTierSection& k = c.disk_tier;

@@ -88,6 +88,12 @@ struct ShutdownReport {
   double seconds = 0;
 };
 
+// What Node::Start would refuse about the config itself, without a device, a socket or the data
+// directory: the model loads (model.hf_config is read), tensor_parallel_size divides its heads,
+// and its pools plan (pool_shares per pool, a max_tokens too small for a block), with memory as
+// no bound. Errors as Start's (kNotFound / kIoError: a model file not there or unreadable).
+Status CheckConfigForStart(const NodeConfig& config);
+
 class Node {
  public:
   static Result<std::unique_ptr<Node>> Start(const NodeConfig& config);

@@ -168,8 +168,39 @@ TEST(KvnodeLifecycleTest, RefusesToStartWithOneClearLine) {
                                             dir.path() / "unknown", std::chrono::seconds(30));
   EXPECT_EQ(unknown.status.code, 2) << unknown.err;
   EXPECT_THAT(unknown.err, HasSubstr("--confg"));
+  // What the start would refuse about the config itself (the model, tensor_parallel_size, the
+  // pool plan): refused by --check-config too (it said "is valid"), and by the start before it
+  // opens anything, exit 2 (it was 1, restarted by systemd, for the plan); a model file not
+  // there is 1, as a secret file.
+  const auto config_with = [&](const std::string& name, const std::string& from,
+                               const std::string& to) {
+    std::filesystem::create_directories(dir.path() / name);
+    std::string cfg = TestConfig(dir.path() / name);
+    cfg.replace(cfg.find(from), from.size(), to);
+    return cfg;
+  };
+  const std::string tp3 =
+      config_with("tp3", "device: cpu\n", "device: cpu\ntensor_parallel_size: 3\n");
+  const std::string tiny = config_with("tiny", "  max_tokens: 4096\n", "  max_tokens: 10\n");
+  const std::string shares = config_with("shares", "  max_tokens: 4096\n",
+                                         "  max_tokens: 4096\n  pool_shares: [0.5, 0.5]\n");
+  const std::string no_model =
+      config_with("nomodel", "model:\n  preset: qwen2.5-0.5b\n",
+                  "model:\n  preset: \"\"\n  hf_config: nosuch/config.json\n");
+  EXPECT_EQ(check("tp3", tp3).status.code, 2);
+  EXPECT_THAT(check("tp3", tp3).err, HasSubstr("tensor_parallel_size 3 does not divide"));
+  EXPECT_EQ(check("tiny", tiny).status.code, 2);
+  EXPECT_EQ(check("shares", shares).status.code, 2);
+  EXPECT_EQ(check("nomodel", no_model).status.code, 1);
+  RunOutput tiny_start = StartExpectingFailure(dir, "tinystart", tiny);
+  EXPECT_EQ(tiny_start.status.code, 2) << tiny_start.err;
+  EXPECT_THAT(tiny_start.err, HasSubstr("gets no block"));
+  RunOutput model_start = StartExpectingFailure(dir, "modelstart", no_model);
+  EXPECT_EQ(model_start.status.code, 1) << model_start.err;
+  EXPECT_THAT(model_start.err, HasSubstr("model.hf_config"));
   // Each refusal is one line.
-  for (const RunOutput* r : {&held, &sock, &port, &gpu, &nofile, &shortfile, &noenv}) {
+  for (const RunOutput* r :
+       {&held, &sock, &port, &gpu, &nofile, &shortfile, &noenv, &tiny_start, &model_start}) {
     EXPECT_EQ(std::count(r->err.begin(), r->err.end(), '\n'), 1) << r->err;
   }
 }
