@@ -136,7 +136,16 @@ Status LayerRangeFetcher::FetchRun(PeerLink& link, std::uint64_t handoff_id,
   grant.slices = slices;
   grant.deadline = SystemClock::Default()->Now() + left;
   grant.on_slice = [&decoder](std::uint32_t slice) { decoder.OnSlice(slice); };
-  KVMESH_ASSIGN_OR_RETURN(TransferOp op, options_.sessions->engine().Grant(grant));
+  Result<TransferOp> granted = options_.sessions->engine().Grant(grant);
+  if (!granted.ok()) {
+    // The engine lost its connection to the sender: the next pull connects anew.
+    if (granted.status().code() == StatusCode::kPeerUnreachable ||
+        granted.status().code() == StatusCode::kNotFound) {
+      options_.sessions->MarkFailed(link.node_id(), /*transfer_failed=*/true);
+    }
+    return granted.status().WithContext("layer range grant");
+  }
+  TransferOp op = std::move(granted).value();
   rpc::Request req;
   req.set_timeout_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(left.count(), 1)));
   rpc::FetchBlocksRequest* f = req.mutable_fetch_blocks();

@@ -159,10 +159,26 @@ std::string HostPortProblem(std::string_view s) {
   if (host.empty()) {
     return "the host is missing (0.0.0.0 for every interface, 127.0.0.1 for loopback)";
   }
+  if (const std::size_t scheme = s.find("://"); scheme != std::string_view::npos) {
+    return StrCat("write host:port without the scheme '", s.substr(0, scheme + 3), "'");
+  }
   const bool bracketed = host.front() == '[' && host.back() == ']' && host.size() > 2;
   if (!bracketed && host.find_first_of("[]: \t") != std::string_view::npos) {
     return StrCat("host '", host, "' is not a host name or address (IPv6: [::1]:7420)");
   }
+  return "";
+}
+
+// An address others dial: a host:port, neither port 0 nor an unspecified (every-interface) host.
+std::string DialedAddressProblem(std::string_view s) {
+  if (std::string why = HostPortProblem(s); !why.empty()) return why;
+  const std::string_view host = s.substr(0, s.rfind(':'));
+  if (host == "0.0.0.0" || host == "[::]" || host == "[0:0:0:0:0:0:0:0]") {
+    return StrCat("host ", host,
+                  " means every interface: others cannot dial it (give this host's name or "
+                  "address)");
+  }
+  if (s.ends_with(":0")) return "port 0 cannot be reached";
   return "";
 }
 
@@ -296,7 +312,7 @@ Problem CheckStaticPeers(const ClusterSection& c) {
     const StaticPeer& p = c.peers[i];
     const std::string key = StrCat("cluster.peers[", i, "]");
     if (p.node_id.empty()) return At(key + ".node_id", "must not be empty");
-    if (std::string why = HostPortProblem(p.address); !why.empty()) {
+    if (std::string why = DialedAddressProblem(p.address); !why.empty()) {
       return At(key + ".address", StrCat("'", p.address, "': ", why));
     }
     for (std::size_t j = 0; j < i; ++j) {
@@ -334,16 +350,30 @@ Problem CheckEtcd(const ClusterSection& c) {
 Problem CheckCluster(const NodeConfig& config) {
   const ClusterSection& c = config.cluster;
   if (!c.advertise.empty()) {
-    std::string why = HostPortProblem(c.advertise);
-    if (why.empty() && c.advertise.ends_with(":0")) why = "port 0 cannot be reached";
-    if (!why.empty()) return At("cluster.advertise", StrCat("'", c.advertise, "': ", why));
+    if (std::string why = DialedAddressProblem(c.advertise); !why.empty()) {
+      return At("cluster.advertise", StrCat("'", c.advertise, "': ", why));
+    }
   }
   if (c.membership != MembershipKind::kNone && config.control.tcp_listen.empty()) {
     return At("cluster.membership",
               StrCat(MembershipKindName(c.membership),
                      " needs control.tcp_listen: peers reach each other over TCP"));
   }
+  const std::string_view listen = config.control.tcp_listen;
+  const std::string_view listen_host = listen.substr(0, listen.rfind(':'));
+  if (c.membership != MembershipKind::kNone && c.advertise.empty() &&
+      (listen_host == "0.0.0.0" || listen_host == "[::]")) {
+    return At("cluster.advertise",
+              StrCat("not given, and control.tcp_listen ", listen,
+                     " listens on every interface: the peers would be told ", listen_host,
+                     ", which they cannot dial (give this host's name or address and port)"));
+  }
   if (Problem p = CheckStaticPeers(c)) return p;
+  if (!c.peers.empty() && c.membership != MembershipKind::kStatic) {
+    return At("cluster.peers",
+              StrCat("listed, but cluster.membership is ", MembershipKindName(c.membership),
+                     ": the peers list is the member list of membership: static only"));
+  }
   if (Problem p = CheckEtcd(c)) return p;
   const DirectorySection& d = c.directory;
   if (d.batch_ms < 1 || d.batch_ms > 60000) {
@@ -365,6 +395,29 @@ Problem CheckCluster(const NodeConfig& config) {
   return std::nullopt;
 }
 
+// A path written with ~ or $VAR: neither is expanded (the config is no shell), and the file would
+// be looked for, or the directory made, under a folder literally named so.
+Problem CheckPaths(const NodeConfig& c) {
+  const std::pair<const char*, const std::string*> paths[] = {
+      {"data_dir", &c.data_dir},
+      {"model.hf_config", &c.model.hf_config},
+      {"disk_tier.path", &c.disk_tier.path},
+      {"control.unix_socket", &c.control.unix_socket},
+      {"control.secret_file", &c.control.secret_file},
+      {"control.second_secret_file", &c.control.second_secret_file}};
+  for (const auto& [key, path] : paths) {
+    for (const auto& part : std::filesystem::path(*path)) {
+      const std::string name = part.string();
+      if (name.starts_with("~") || name.find('$') != std::string::npos) {
+        return At(key, StrCat("'", *path, "': ", name.starts_with("~") ? "~" : "$",
+                              " is not expanded in a config: write the path out (absolute, or "
+                              "relative to the config file's folder)"));
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 std::string Resolved(const std::filesystem::path& base, const std::string& path) {
   if (path.empty()) return path;
   const std::filesystem::path p(path);
@@ -382,6 +435,7 @@ std::optional<ConfigProblem> FindConfigProblem(const NodeConfig& config) {
   if (Problem p = CheckControl(config)) return p;
   if (Problem p = CheckMetrics(config.metrics)) return p;
   if (Problem p = CheckShutdownAndLogging(config)) return p;
+  if (Problem p = CheckPaths(config)) return p;
   return CheckCluster(config);
 }
 

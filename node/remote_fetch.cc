@@ -210,7 +210,17 @@ Result<RemoteFetchResult> RemoteFetcher::FetchFrom(std::span<const Token> prompt
   grant.slices = slices;
   grant.deadline = SystemClock::Default()->Now() + left;
   grant.on_slice = [&decoder](std::uint32_t slice) { decoder.OnSlice(slice); };
-  KVMESH_ASSIGN_OR_RETURN(TransferOp op, sessions_->engine().Grant(grant));
+  Result<TransferOp> granted = sessions_->engine().Grant(grant);
+  if (!granted.ok()) {
+    // The engine lost its connection to the holder (it closed it, say, to abort a send): the
+    // next fetch says hello again and connects anew.
+    if (granted.status().code() == StatusCode::kPeerUnreachable ||
+        granted.status().code() == StatusCode::kNotFound) {
+      sessions_->MarkFailed(choice.node_id, /*transfer_failed=*/true);
+    }
+    return granted.status().WithContext("fetch grant");
+  }
+  TransferOp op = std::move(granted).value();
   rpc::Request req;
   req.set_timeout_ms(static_cast<std::uint32_t>(std::max<std::int64_t>(left.count(), 1)));
   rpc::FetchBlocksRequest* f = req.mutable_fetch_blocks();

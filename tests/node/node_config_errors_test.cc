@@ -151,6 +151,30 @@ TEST(NodeConfigTest, BadValuesNameTheKeyAndItsLine) {
       {"kv_cache:\n  dtype: int8\n  nvfp4_expected_amax: 3\n",
        "kvnode.yaml:3: kv_cache.nvfp4_expected_amax: a scale of dtype nvfp4, and kv_cache.dtype is "
        "int8 (it would be ignored): remove it, or set dtype: nvfp4"},
+      {"data_dir: ~/kvmesh\n",
+       "kvnode.yaml:1: data_dir: '~/kvmesh': ~ is not expanded in a config: write the path out "
+       "(absolute, or relative to the config file's folder)"},
+      {"disk_tier:\n  path: $HOME/rocks\n",
+       "kvnode.yaml:2: disk_tier.path: '$HOME/rocks': $ is not expanded in a config: write the "
+       "path out (absolute, or relative to the config file's folder)"},
+      {"control:\n  tcp_listen: \"0.0.0.0:7420\"\ncluster:\n  membership: static\n",
+       "kvnode.yaml:3: cluster.advertise: not given, and control.tcp_listen 0.0.0.0:7420 listens "
+       "on every interface: the peers would be told 0.0.0.0, which they cannot dial (give this "
+       "host's name or address and port)"},
+      {"control:\n  tcp_listen: \"127.0.0.1:7420\"\ncluster:\n  membership: static\n"
+       "  advertise: \"0.0.0.0:7420\"\n",
+       "kvnode.yaml:5: cluster.advertise: '0.0.0.0:7420': host 0.0.0.0 means every interface: "
+       "others cannot dial it (give this host's name or address)"},
+      {"control:\n  tcp_listen: \"127.0.0.1:7420\"\ncluster:\n  membership: static\n  peers:\n"
+       "    - {node_id: a, address: \"127.0.0.1:0\"}\n",
+       "kvnode.yaml:6: cluster.peers[0].address: '127.0.0.1:0': port 0 cannot be reached"},
+      {"cluster:\n  peers:\n    - {node_id: a, address: \"127.0.0.1:7420\"}\n",
+       "kvnode.yaml:2: cluster.peers: listed, but cluster.membership is none: the peers list is "
+       "the member list of membership: static only"},
+      {"control:\n  tcp_listen: \"127.0.0.1:7420\"\ncluster:\n  membership: etcd\n  etcd:\n"
+       "    endpoints: [\"http://127.0.0.1:2379\"]\n",
+       "kvnode.yaml:6: cluster.etcd.endpoints[0]: 'http://127.0.0.1:2379': write host:port "
+       "without the scheme 'http://'"},
       {"kv_cache:\n  secondary_offload_min_priority: 102\n",
        "kvnode.yaml:2: kv_cache.secondary_offload_min_priority: 102 is not in 0..101 (101: "
        "offload nothing)"},
