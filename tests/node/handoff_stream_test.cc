@@ -289,11 +289,7 @@ TEST(HandoffStreamTest, BlocksStoredOnTheDecodeNodeAfterThePlanAreNotPulled) {
   ASSERT_TRUE(a->cache().manager().AddSequence(kStreamed, tokens).ok());
   std::atomic<bool> stored = false;
   b->cache().SetAfterPlanForTesting([&] {
-    if (stored) return;
-    BlockManager& m = b->cache().manager();
-    const std::span<const Token> first(tokens.data(), 2 * kBlockTokens + 1);  // blocks 0 and 1
-    stored = m.AddSequence(RequestId{77}, first).ok() && m.StoreFullBlocks(RequestId{77}).ok() &&
-             m.RemoveSequence(RequestId{77}).ok();
+    if (!stored) stored = node_test::StoreFirstBlocks(*b, tokens, 2);
   });
   Result<HandoffResult> r = a->handoff_sender()->HandOffStream(
       "node-b", tokens, SequenceOptions{}, kStreamed, std::chrono::milliseconds(10000));

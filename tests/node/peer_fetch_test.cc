@@ -344,11 +344,7 @@ TEST(PeerFetchTest, APrefixStoredHereWhileTheFetchLocatesItIsNotFetchedAgain) {
   AskPeersLocator ask(b->peers(), b->peer_sessions());
   bool stored = false;
   HookedLocator locator(&ask, [&] {
-    if (stored) return;
-    BlockManager& m = b->cache().manager();
-    const std::span<const Token> first(tokens.data(), 2 * kBlockTokens + 1);  // blocks 0 and 1
-    stored = m.AddSequence(RequestId{77}, first).ok() && m.StoreFullBlocks(RequestId{77}).ok() &&
-             m.RemoveSequence(RequestId{77}).ok();
+    if (!stored) stored = node_test::StoreFirstBlocks(*b, tokens, 2);
   });
   RemoteFetcher fetcher(RemoteFetchOptions{}, &b->cache(), b->peer_sessions(), &locator,
                         b->pools().views(), CodecsOf(*b));

@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "node/node.h"
 #include "node/node_config.h"
@@ -42,6 +44,17 @@ inline std::int64_t PinnedBlocks(Node& node) {
   std::int64_t pinned = 0;
   for (const PoolStats& p : node.cache().manager().GetStats().pools) pinned += p.pinned_blocks;
   return pinned;
+}
+
+// Stores the prompt's first `blocks` full blocks in the node's pool, as an admission of that prefix
+// would (their bytes are not written: for tests of what is planned and moved, not of content).
+inline bool StoreFirstBlocks(Node& node, const std::vector<Token>& tokens, int blocks) {
+  BlockManager& m = node.cache().manager();
+  const RequestId request{77};
+  const std::span<const Token> first(tokens.data(),
+                                     static_cast<std::size_t>(blocks) * kPeerBlockTokens + 1);
+  return m.AddSequence(request, first).ok() && m.StoreFullBlocks(request).ok() &&
+         m.RemoveSequence(request).ok();
 }
 
 }  // namespace kvmesh::node_test

@@ -34,6 +34,14 @@ RigOptions Small(std::int64_t pool_blocks, std::int64_t host_blocks) {
 
 constexpr int kT = 16;  // tokens per block of Small()
 
+// Stores `p` (request 1), then four one-block documents (requests 10..13) that push it out of a
+// pool of 4 blocks into the host tier, and waits for the copies.
+void StoreAndPushToTheHostTier(Rig& rig, const std::vector<Token>& p, const SequenceOptions& o) {
+  rig.Run(1, p, o);
+  for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
+  rig.engine().Drain();
+}
+
 TEST(TieredCacheTest, OffloadsVictimsAtOrAboveTheThresholdOnly) {
   Rig rig(Small(2, 8));
   const auto a = Doc(kT, 1), b = Doc(kT, 2);
@@ -127,9 +135,7 @@ TEST(TieredCacheTest, InclusiveTiersDoNotCopyACleanBlockAgain) {
 TEST(TieredCacheTest, OnboardedBlocksCountAsReusedWithIdenticalBytes) {
   Rig rig(Small(4, 16));
   const auto p = Doc(3 * kT + 1, 7);  // 3 reusable full blocks and a partial one
-  rig.Run(1, p, {});
-  for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
-  rig.engine().Drain();
+  StoreAndPushToTheHostTier(rig, p, {});
   EXPECT_EQ(rig.manager().LookupPrefix(p)->cached_tokens, 0);
   auto r = rig.cache().AddSequence(RequestId{2}, p);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -177,9 +183,7 @@ TEST(TieredCacheTest, MarkedBlocksCountAsRemoteHitsOnce) {
 TEST(TieredCacheTest, RestoreStopsAtTheFirstBlockNoTierHolds) {
   Rig rig(Small(4, 16));
   const auto p = Doc(3 * kT, 7);
-  rig.Run(1, p, WholeBlocks());
-  for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
-  rig.engine().Drain();
+  StoreAndPushToTheHostTier(rig, p, WholeBlocks());
   const auto ids = rig.Ids(p, WholeBlocks());
   ASSERT_TRUE(rig.engine().host()->Erase(kPool, ids[1]).ok());
   const AddSequenceResult r = rig.Run(2, p, WholeBlocks());
@@ -218,9 +222,7 @@ TEST(TieredCacheTest, PrefetchRestoresBeforeAdmission) {
   Rig rig(Small(4, 16));
   const auto p = Doc(2 * kT, 7);
   EXPECT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 0);  // nothing in the tiers
-  rig.Run(1, p, WholeBlocks());
-  for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
-  rig.engine().Drain();
+  StoreAndPushToTheHostTier(rig, p, WholeBlocks());
   EXPECT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 2);
   rig.cache().WaitForPrefetches();
   EXPECT_EQ(rig.manager().LookupPrefix(p, WholeBlocks())->cached_tokens, 2 * kT);
@@ -258,9 +260,7 @@ TEST(TieredCacheTest, PrefetchRestoresBeforeAdmission) {
 TEST(TieredCacheTest, APrefetchPublishedWhileTheAdmissionPlansIsNotRestoredAgain) {
   Rig rig(Small(4, 16));
   const auto p = Doc(2 * kT, 7);
-  rig.Run(1, p, WholeBlocks());
-  for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
-  rig.engine().Drain();
+  StoreAndPushToTheHostTier(rig, p, WholeBlocks());
   ASSERT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 2);
   int plans = 0;
   rig.cache().SetAfterPlanForTesting([&] {
@@ -287,9 +287,7 @@ TEST(TieredCacheTest, APrefetchPublishedWhileTheAdmissionPlansIsNotRestoredAgain
 TEST(TieredCacheTest, APrefetchFinishedWhileASecondOnePlansIsNotRestoredAgain) {
   Rig rig(Small(4, 16));
   const auto p = Doc(2 * kT, 7);
-  rig.Run(1, p, WholeBlocks());
-  for (int d = 0; d < 4; ++d) rig.Run(10 + d, Doc(kT, 20 + d), WholeBlocks());
-  rig.engine().Drain();
+  StoreAndPushToTheHostTier(rig, p, WholeBlocks());
   ASSERT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 2);
   rig.cache().SetAfterPlanForTesting([&] { rig.cache().WaitForPrefetches(); });
   EXPECT_EQ(*rig.cache().Prefetch(p, WholeBlocks()), 0);
